@@ -1,0 +1,26 @@
+// The qtrain command line: one subcommand per job. Errors reach the user as one line that names
+// what was wrong and how to fix it, and a non-zero exit code.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "apps/quant_report.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"qtrain: LoRA fine-tuning on a frozen quantized base (NF4/FP4/INT8), on libtorch"};
+  app.require_subcommand(1);
+  qtrain::apps::add_quant_report_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "qtrain: error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qtrain: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

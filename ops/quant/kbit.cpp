@@ -1,0 +1,356 @@
+// 4-bit blockwise quantization on the CPU, and the dispatch to CUDA; see kbit.h.
+#include "ops/quant/kbit.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "ops/quant/kbit_device.h"
+
+namespace qtrain::ops {
+
+// Note [Where bitsandbytes' CPU and CUDA quantizers differ]
+// qtrain reproduces bitsandbytes' CPU backend (the oracle our parity tests can run), and its
+// CUDA kernels reproduce qtrain's CPU code bit for bit. The two bitsandbytes paths differ in:
+//  - the reciprocal: CPU multiplies by the IEEE 1/absmax (absmax clamped to >= 1e-38), except
+//    in a partial last block, which it divides by absmax (and stores the clamped absmax);
+//    CUDA multiplies by a fast-math reciprocal. Values within an ulp of a threshold can get
+//    neighbouring codes.
+//  - all-zero blocks: CPU scales them to 0.0 and stores the code of zero (NF4 byte 0x77),
+//    CUDA computes 0*inf = NaN and stores code 0 (byte 0x00). Both decode to 0 because the
+//    absmax is 0, so the weights are the same; only the bytes differ.
+//  - FP4 thresholds: CPU uses exact float32 midpoints of the normalised table; CUDA uses
+//    rounded literals (e.g. 0.583333 vs 0.5833334). A scaled value between the two gets a
+//    neighbouring code.
+//  - FP4 near zero: CPU codes tiny negatives as +0 (code 0) and tiny positives as -0 (code 8),
+//    the order torch.argsort gives the two zeros; CUDA codes by sign. Both decode to 0.
+//  - nested absmax: CPU quantizes through a 65536-bin grid over [-1, 1] (not the exact
+//    nearest code), CUDA by exact nearest search. The stored absmax then differs by a code.
+// Any qtrain file loads in bitsandbytes unchanged and vice versa; these choices only decide
+// which bytes a fresh quantization writes.
+
+namespace {
+
+constexpr float kMinAbsmax = 1e-38f;  // bitsandbytes clamps absmax before its reciprocal
+
+void check_float_input(const at::Tensor& x, const char* name) {
+  TORCH_CHECK(x.defined(), name, " is an undefined tensor");
+  TORCH_CHECK(x.numel() > 0, name, " is empty (shape ", x.sizes(), "): nothing to quantize");
+  auto t = x.scalar_type();
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, name, " has dtype ", t,
+              "; accepted dtypes are float32, bfloat16 and float16");
+  TORCH_CHECK(x.is_contiguous(), name, " is not contiguous (shape ", x.sizes(), ", strides ", x.strides(),
+              "); call .contiguous() first");
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// Sorted index of x: the number of midpoints strictly below it (torch.bucketize, right=False).
+inline uint8_t code_4bit(float x, const Quantizer4bit& q) {
+  int idx = 0;
+  for (int i = 0; i < 15; ++i) idx += q.midpoints[i] < x;
+  return q.sorted_codes[idx];
+}
+
+inline float clamp_unit(float v) {
+  // torch.clamp propagates NaN; std::clamp would too, but be explicit.
+  return std::isnan(v) ? v : std::min(1.0f, std::max(-1.0f, v));
+}
+
+template <typename T>
+void quantize_4bit_cpu(const T* x, int64_t n, int64_t blocksize, const Quantizer4bit& q, uint8_t* packed,
+                       float* absmax) {
+  const int64_t nblocks = ceil_div(n, blocksize);
+  const bool partial_last = n % blocksize != 0;
+  const uint8_t zero_code = code_4bit(0.0f, q);
+  at::parallel_for(0, nblocks, 16, [&](int64_t b0, int64_t b1) {
+    std::vector<uint8_t> codes(blocksize + 1);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t start = b * blocksize;
+      const int64_t len = std::min(blocksize, n - start);
+      float amax = 0.f;
+      for (int64_t i = 0; i < len; ++i) {
+        float a = std::fabs(static_cast<float>(x[start + i]));
+        amax = (std::isnan(a) || a > amax) ? a : amax;
+      }
+      if (partial_last && b == nblocks - 1) {
+        // bitsandbytes divides the partial block by its clamped absmax, and stores the clamped value.
+        const float am = std::max(amax, kMinAbsmax);
+        absmax[b] = std::isnan(amax) ? amax : am;
+        for (int64_t i = 0; i < len; ++i) codes[i] = code_4bit(clamp_unit(static_cast<float>(x[start + i]) / am), q);
+      } else {
+        const float inv = 1.0f / (std::isnan(amax) ? amax : std::max(amax, kMinAbsmax));
+        absmax[b] = amax;
+        for (int64_t i = 0; i < len; ++i) codes[i] = code_4bit(clamp_unit(static_cast<float>(x[start + i]) * inv), q);
+      }
+      // The padding nibble of an odd n is the code of 0.0 (bitsandbytes pads the scaled values).
+      codes[len] = zero_code;
+      // Blocksizes are even, so every block starts on a byte boundary.
+      uint8_t* out = packed + start / 2;
+      for (int64_t i = 0; i < (len + 1) / 2; ++i) out[i] = static_cast<uint8_t>(codes[2 * i] << 4 | codes[2 * i + 1]);
+    }
+  });
+}
+
+// Pairs of decoded values per packed byte: high nibble (even index) first.
+struct PairTable {
+  alignas(64) float v[256][2];
+};
+PairTable make_pair_table(QuantType type) {
+  const auto& code = dequant_lut_4bit(type);
+  PairTable t{};
+  for (int b = 0; b < 256; ++b) {
+    t.v[b][0] = code[b >> 4];
+    t.v[b][1] = code[b & 15];
+  }
+  return t;
+}
+const PairTable& pair_table(QuantType type) {
+  static const PairTable nf4 = make_pair_table(QuantType::nf4);
+  static const PairTable fp4 = make_pair_table(QuantType::fp4);
+  return type == QuantType::nf4 ? nf4 : fp4;
+}
+
+template <typename T>
+void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
+                         T* out) {
+  const PairTable& table = pair_table(type);
+  const int64_t nblocks = ceil_div(n, blocksize);
+  // ~64 KiB of output per task keeps the split fine enough for 2..64 threads.
+  const int64_t grain = std::max<int64_t>(1, 16384 / blocksize);
+  at::parallel_for(0, nblocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t start = b * blocksize;
+      const int64_t len = std::min(blocksize, n - start);
+      const float scale = absmax[b];
+      const uint8_t* in = packed + start / 2;
+      T* o = out + start;
+      const int64_t pairs = len / 2;
+      for (int64_t i = 0; i < pairs; ++i) {
+        const float* p = table.v[in[i]];
+        // One float32 multiply, then round to the output type: bitsandbytes' arithmetic.
+        o[2 * i] = static_cast<T>(p[0] * scale);
+        o[2 * i + 1] = static_cast<T>(p[1] * scale);
+      }
+      if (len % 2) o[len - 1] = static_cast<T>(table.v[in[pairs]][0] * scale);
+    }
+  });
+}
+
+template <typename F>
+void dispatch_float(at::ScalarType t, F&& f) {
+  switch (t) {
+    case at::kFloat: return f(float{});
+    case at::kBFloat16: return f(c10::BFloat16{});
+    case at::kHalf: return f(c10::Half{});
+    default: TORCH_CHECK(false, "unsupported dtype ", t, "; accepted dtypes are float32, bfloat16 and float16");
+  }
+}
+
+// bitsandbytes' CPU 8-bit quantizer: a 65536-bin grid over [-1, 1] maps to the code whose
+// midpoint interval contains the bin's centre.
+struct GridLut {
+  std::array<uint8_t, 65536> lut;
+};
+GridLut make_grid_lut(const std::array<float, 256>& code) {
+  std::array<float, 255> mid{};
+  for (int i = 0; i < 255; ++i) mid[i] = 0.5f * (code[i] + code[i + 1]);
+  GridLut g{};
+  int idx = 0;
+  for (int i = 0; i < 65536; ++i) {
+    const float val = -1.0f + (2.0f * static_cast<float>(i)) / 65535.0f;
+    while (idx < 255 && mid[idx] < val) ++idx;
+    g.lut[i] = static_cast<uint8_t>(idx);
+  }
+  return g;
+}
+inline uint16_t grid_index(float v) {
+  v = std::clamp(v, -1.0f, 1.0f);
+  return static_cast<uint16_t>((v + 1.0f) * 0.5f * 65535.0f + 0.5f);
+}
+
+}  // namespace
+
+void check_blocksize_4bit(int64_t blocksize) {
+  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0, "blocksize ", blocksize,
+              " is not supported; accepted 4-bit blocksizes are 32, 64, 128, 256, 512, 1024, 2048, 4096");
+}
+
+int64_t Packed4bit::numel() const {
+  int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+int64_t Packed4bit::blocks() const {
+  return ceil_div(numel(), blocksize);
+}
+
+int64_t Packed4bit::nbytes() const {
+  int64_t bytes = packed.nbytes();
+  if (nested) {
+    bytes += nested->qabsmax.nbytes() + nested->absmax2.nbytes() + nested->code.nbytes();
+  } else {
+    bytes += absmax.nbytes();
+  }
+  return bytes;
+}
+
+void Packed4bit::validate(const std::string& what) const {
+  check_blocksize_4bit(blocksize);
+  TORCH_CHECK(!shape.empty() && numel() > 0, what, ": empty shape");
+  const int64_t n = numel();
+  TORCH_CHECK(packed.defined() && packed.scalar_type() == at::kByte, what, ": packed codes must be uint8, got ",
+              packed.defined() ? c10::toString(packed.scalar_type()) : "undefined");
+  TORCH_CHECK(packed.numel() == (n + 1) / 2, what, ": packed codes have ", packed.numel(), " bytes but shape ",
+              at::IntArrayRef(shape), " needs ", (n + 1) / 2);
+  TORCH_CHECK(packed.is_contiguous(), what, ": packed codes are not contiguous");
+  const int64_t nb = blocks();
+  if (nested) {
+    const auto& s = *nested;
+    TORCH_CHECK(!absmax.defined(), what, ": has both a plain and a nested absmax");
+    TORCH_CHECK(s.blocksize == 256, what, ": nested blocksize ", s.blocksize, " is not supported; bitsandbytes uses 256");
+    TORCH_CHECK(s.qabsmax.scalar_type() == at::kByte && s.qabsmax.numel() == nb, what,
+                ": nested absmax codes must be uint8 [", nb, "], got ", s.qabsmax.scalar_type(), " ",
+                s.qabsmax.sizes());
+    TORCH_CHECK(s.absmax2.scalar_type() == at::kFloat && s.absmax2.numel() == ceil_div(nb, 256), what,
+                ": nested_absmax must be float32 [", ceil_div(nb, 256), "], got ", s.absmax2.scalar_type(), " ",
+                s.absmax2.sizes());
+    TORCH_CHECK(s.code.scalar_type() == at::kFloat && s.code.numel() == 256, what,
+                ": nested_quant_map must be float32 [256], got ", s.code.scalar_type(), " ", s.code.sizes());
+    TORCH_CHECK(s.qabsmax.device() == packed.device() && s.absmax2.device() == packed.device() &&
+                    s.code.device() == packed.device(),
+                what, ": nested absmax tensors are not on the device of the packed codes (", packed.device(), ")");
+  } else {
+    TORCH_CHECK(absmax.defined() && absmax.scalar_type() == at::kFloat && absmax.numel() == nb, what,
+                ": absmax must be float32 [", nb, "] for ", n, " elements in blocks of ", blocksize, ", got ",
+                absmax.defined() ? c10::toString(absmax.scalar_type()) : "undefined", " ",
+                absmax.defined() ? absmax.sizes() : at::IntArrayRef{});
+    TORCH_CHECK(absmax.device() == packed.device(), what, ": absmax is on ", absmax.device(),
+                " but the packed codes are on ", packed.device());
+  }
+}
+
+Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<float, 256>& code, int64_t blocksize) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+              "quantize_blockwise_8bit: x must be a contiguous float32 CPU tensor");
+  TORCH_CHECK(blocksize > 0, "quantize_blockwise_8bit: blocksize must be positive, got ", blocksize);
+  static std::mutex lut_mutex;
+  static std::vector<std::pair<std::array<float, 256>, std::shared_ptr<GridLut>>> luts;
+  std::shared_ptr<GridLut> lut;
+  {
+    std::lock_guard<std::mutex> lock(lut_mutex);
+    for (auto& [c, l] : luts)
+      if (c == code) lut = l;
+    if (!lut) {
+      lut = std::make_shared<GridLut>(make_grid_lut(code));
+      luts.emplace_back(code, lut);
+    }
+  }
+  const int64_t n = x.numel();
+  const int64_t nb = ceil_div(n, blocksize);
+  Blockwise8bit r{at::empty(x.sizes(), x.options().dtype(at::kByte)), at::empty({nb}, x.options())};
+  const float* in = x.const_data_ptr<float>();
+  uint8_t* out = r.codes.data_ptr<uint8_t>();
+  float* am = r.absmax.data_ptr<float>();
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t start = b * blocksize, end = std::min(n, start + blocksize);
+    float amax = 0.f;
+    for (int64_t i = start; i < end; ++i) amax = std::max(amax, std::fabs(in[i]));
+    am[b] = amax;
+    if (amax == 0.f) {
+      std::fill(out + start, out + end, 0);
+      continue;
+    }
+    const float inv = 1.0f / amax;
+    for (int64_t i = start; i < end; ++i) out[i] = lut->lut[grid_index(in[i] * inv)];
+  }
+  return r;
+}
+
+at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& code,
+                                     int64_t blocksize) {
+  auto idx = codes.to(at::kLong).reshape({-1});
+  auto values = code.index_select(0, idx);
+  auto scale = absmax.repeat_interleave(blocksize).narrow(0, 0, idx.numel());
+  return (values * scale).reshape(codes.sizes());
+}
+
+Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize, bool double_quant) {
+  check_float_input(x, "quantize_4bit: x");
+  check_blocksize_4bit(blocksize);
+  const int64_t n = x.numel();
+  Packed4bit q;
+  q.quant_type = type;
+  q.blocksize = blocksize;
+  q.shape = x.sizes().vec();
+  q.dtype = x.scalar_type();
+  q.packed = at::empty({(n + 1) / 2, 1}, x.options().dtype(at::kByte));
+  at::Tensor absmax = at::empty({ceil_div(n, blocksize)}, x.options().dtype(at::kFloat));
+  if (x.is_cuda()) {
+    device::quantize_4bit(x, type, blocksize, q.packed, absmax);
+  } else {
+    TORCH_CHECK(x.device().is_cpu(), "quantize_4bit: x is on ", x.device(), "; supported devices are CPU and CUDA");
+    dispatch_float(x.scalar_type(), [&](auto tag) {
+      using T = decltype(tag);
+      quantize_4bit_cpu<T>(x.const_data_ptr<T>(), n, blocksize, quantizer_4bit(type), q.packed.data_ptr<uint8_t>(),
+                           absmax.data_ptr<float>());
+    });
+  }
+  if (!double_quant) {
+    q.absmax = absmax;
+    return q;
+  }
+  // Double quantization, as bitsandbytes' quantize_4bit(compress_statistics=True) does it on the
+  // CPU: offset = mean, then 8-bit blockwise codes of (absmax - offset) in blocks of 256. The
+  // mean is torch's own reduction so the float32 offset is the same bits. Always computed on the
+  // CPU: the vector is small (one float per block).
+  auto absmax_cpu = absmax.cpu();
+  auto offset = absmax_cpu.mean();
+  auto centred = (absmax_cpu - offset).contiguous();
+  const auto& map = dynamic_map_signed();
+  auto b8 = quantize_blockwise_8bit(centred, map, 256);
+  NestedAbsmax nested;
+  nested.qabsmax = b8.codes.to(x.device());
+  nested.absmax2 = b8.absmax.to(x.device());
+  nested.code = at::from_blob(const_cast<float*>(map.data()), {256}, at::kFloat).clone().to(x.device());
+  nested.offset = offset.item<float>();
+  q.nested = std::move(nested);
+  return q;
+}
+
+at::Tensor absmax_float(const Packed4bit& q) {
+  if (!q.nested) return q.absmax;
+  const auto& s = *q.nested;
+  if (s.qabsmax.is_cuda()) return device::dequantize_nested_absmax(s);
+  // code * absmax2 (one float32 multiply), then + offset: bitsandbytes' two separate steps.
+  auto absmax = dequantize_blockwise_8bit(s.qabsmax, s.absmax2, s.code, s.blocksize);
+  return absmax.add_(s.offset);
+}
+
+at::Tensor dequantize_4bit(const Packed4bit& q, std::optional<at::ScalarType> dtype) {
+  q.validate();
+  const auto out_dtype = dtype.value_or(q.dtype);
+  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16 || out_dtype == at::kHalf,
+              "dequantize_4bit: output dtype ", out_dtype, " is not supported; accepted: float32, bfloat16, float16");
+  const at::Tensor absmax = absmax_float(q).contiguous();
+  at::Tensor out = at::empty(q.shape, q.packed.options().dtype(out_dtype));
+  if (q.packed.is_cuda()) {
+    device::dequantize_4bit(q.packed, absmax, q.quant_type, q.blocksize, out);
+    return out;
+  }
+  dispatch_float(out_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dequantize_4bit_cpu<T>(q.packed.const_data_ptr<uint8_t>(), absmax.const_data_ptr<float>(), q.numel(), q.blocksize,
+                           q.quant_type, out.data_ptr<T>());
+  });
+  return out;
+}
+
+}  // namespace qtrain::ops

@@ -1,0 +1,52 @@
+// See reference.h.
+#include "tests/reference.h"
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+namespace qtrain::test {
+
+const engine::io::SafetensorsFile& bnb_reference() {
+  static const engine::io::SafetensorsFile file = [] {
+    const char* dir = std::getenv("QTRAIN_FIXTURES");
+    if (dir == nullptr) {
+      throw std::runtime_error("QTRAIN_FIXTURES is not set: run the tests through ctest (scripts/test.sh)");
+    }
+    return engine::io::SafetensorsFile::open(std::filesystem::path(dir) / "bnb_reference.safetensors");
+  }();
+  return file;
+}
+
+std::vector<nlohmann::json> reference_cases(const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& c : nlohmann::json::parse(bnb_reference().metadata().at("cases"))) {
+    if (c.at("kind") == kind) out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+at::Tensor as_bits(const at::Tensor& t) {
+  auto c = t.contiguous();
+  return c.view(at::kByte);
+}
+}  // namespace
+
+bool bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes())) return false;
+  return at::equal(as_bits(a), as_bits(b));
+}
+
+int64_t count_bitwise_diff(const at::Tensor& a, const at::Tensor& b) {
+  EXPECT_EQ(a.scalar_type(), b.scalar_type());
+  EXPECT_EQ(a.sizes(), b.sizes());
+  const auto size = c10::elementSize(a.scalar_type());
+  auto ba = as_bits(a).view({-1, static_cast<int64_t>(size)});
+  auto bb = as_bits(b).view({-1, static_cast<int64_t>(size)});
+  return (ba != bb).any(1).sum().item<int64_t>();
+}
+
+}  // namespace qtrain::test

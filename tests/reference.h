@@ -1,0 +1,24 @@
+// Access to the reference outputs that scripts/reference/*.py write with the Python stack
+// (bitsandbytes, transformers, peft), and comparisons used by the parity tests.
+#pragma once
+
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/io/safetensors.h"
+
+namespace qtrain::test {
+
+// $QTRAIN_FIXTURES/bnb_reference.safetensors (ctest sets QTRAIN_FIXTURES).
+const engine::io::SafetensorsFile& bnb_reference();
+// The cases of that file whose "kind" is `kind` (the file's "cases" metadata).
+std::vector<nlohmann::json> reference_cases(const std::string& kind);
+
+// Same dtype, shape and bytes: the test of byte compatibility. NaNs compare by bit pattern.
+bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);
+// How many elements differ bitwise (same shape and dtype required).
+int64_t count_bitwise_diff(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace qtrain::test
