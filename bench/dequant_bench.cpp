@@ -45,6 +45,18 @@ void BM_dequant_nf4(benchmark::State& state, bool double_quant) {
   state.SetBytesProcessed(state.iterations() * (q.nbytes() + out.nbytes()));
 }
 
+// Into a reused workspace: what a training step does, and the number to hold against the copy.
+void BM_dequant_nf4_into(benchmark::State& state, bool double_quant) {
+  const auto w = weight(state.range(0), state.range(1));
+  const Packed4bit q = qtrain::ops::quantize_4bit(w, QuantType::nf4, 64, double_quant);
+  auto out = at::empty_like(w);
+  for (auto _ : state) {
+    qtrain::ops::dequantize_4bit_into(q, out);
+    sync(out.view({-1}).narrow(0, 0, 1));
+  }
+  state.SetBytesProcessed(state.iterations() * (q.nbytes() + out.nbytes()));
+}
+
 void BM_dequant_int8(benchmark::State& state) {
   const auto q = Int8Weight::from_float(weight(state.range(0), state.range(1)));
   at::Tensor out;
@@ -72,6 +84,8 @@ void shapes(benchmark::internal::Benchmark* b) {
 
 BENCHMARK_CAPTURE(BM_dequant_nf4, nf4, false)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_dequant_nf4, nf4_dq, true)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_dequant_nf4_into, nf4, false)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_dequant_nf4_into, nf4_dq, true)->Apply(shapes);
 BENCHMARK(BM_dequant_int8)->Apply(shapes);
 BENCHMARK(BM_copy)->Apply(shapes);
 

@@ -25,7 +25,7 @@ struct Quantizer4bitTable {
   float midpoints[15];
 };
 
-// Dequantization value of each 4-bit code (ops/quant/codebook.h, codebook_4bit).
+// Dequantization value of each 4-bit code (ops/quant/codebook.h, dequant_lut_4bit).
 struct Codebook4bitTable {
   float values[16];
 };

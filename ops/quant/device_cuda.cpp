@@ -34,7 +34,7 @@ cuda::Quantizer4bitTable quantizer_table(QuantType type) {
 }
 
 cuda::Codebook4bitTable codebook_table(QuantType type) {
-  const auto& code = codebook_4bit(type);
+  const auto& code = dequant_lut_4bit(type);  // FP4 code 8 decodes to -0.0, as on the CPU
   cuda::Codebook4bitTable t{};
   std::copy(code.begin(), code.end(), t.values);
   return t;

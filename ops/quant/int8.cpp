@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "ops/quant/int8_device.h"
+#include "ops/quant/simd_x86.h"
 
 namespace qtrain::ops {
 
@@ -133,9 +134,23 @@ Int8Weight Int8Weight::to(const at::Device& device) const {
 }
 
 at::Tensor Int8Weight::dequantize(at::ScalarType dtype) const {
-  // CB.to(dtype) * (SCB * (1/127)): the scale is float32, the product rounds once to dtype.
-  auto scale = (scb_ * kInv127).unsqueeze(1);
-  return (cb_.to(at::kFloat) * scale).to(dtype);
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf, "Int8Weight::dequantize: dtype ",
+              dtype, " is not supported; accepted: float32, bfloat16, float16");
+  // CB * (SCB * (1/127)): the scale is float32, the product rounds once to dtype.
+  const auto scale = scb_ * kInv127;
+  if (cb_.is_cuda() || !simd::cpu_has_avx2()) return (cb_.to(at::kFloat) * scale.unsqueeze(1)).to(dtype);
+  auto out = at::empty(cb_.sizes(), cb_.options().dtype(dtype));
+  const auto type = dtype == at::kFloat ? simd::OutType::f32
+                    : dtype == at::kBFloat16 ? simd::OutType::bf16 : simd::OutType::f16;
+  const int64_t rows = out_features(), cols = in_features();
+  const int8_t* q = cb_.const_data_ptr<int8_t>();
+  const float* s = scale.const_data_ptr<float>();
+  auto* o = static_cast<char*>(out.data_ptr());
+  const auto esize = static_cast<int64_t>(out.element_size());
+  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / cols), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) simd::dequant_int8_run(q + r * cols, cols, s[r], o + r * cols * esize, type);
+  });
+  return out;
 }
 
 at::Tensor int8_mixed_matmul(const at::Tensor& x, const Int8Weight& w, const std::optional<at::Tensor>& bias,

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 
 #include "ops/quant/kbit_device.h"
+#include "ops/quant/simd_x86.h"
 
 namespace qtrain::ops {
 
@@ -118,9 +119,19 @@ const PairTable& pair_table(QuantType type) {
 }
 
 template <typename T>
+constexpr simd::OutType simd_out_type() {
+  if constexpr (std::is_same_v<T, float>) return simd::OutType::f32;
+  if constexpr (std::is_same_v<T, c10::BFloat16>) return simd::OutType::bf16;
+  return simd::OutType::f16;
+}
+
+// The scalar loop is the reference; the AVX2 loop (simd_x86.cpp) must give the same bits.
+template <typename T>
 void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
-                         T* out) {
+                         T* out, bool allow_simd = true) {
   const PairTable& table = pair_table(type);
+  const float* lut = dequant_lut_4bit(type).data();
+  const bool simd = allow_simd && simd::cpu_has_avx2();
   const int64_t nblocks = ceil_div(n, blocksize);
   // ~64 KiB of output per task keeps the split fine enough for 2..64 threads.
   const int64_t grain = std::max<int64_t>(1, 16384 / blocksize);
@@ -131,14 +142,15 @@ void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, 
       const float scale = absmax[b];
       const uint8_t* in = packed + start / 2;
       T* o = out + start;
-      const int64_t pairs = len / 2;
-      for (int64_t i = 0; i < pairs; ++i) {
-        const float* p = table.v[in[i]];
-        // One float32 multiply, then round to the output type: bitsandbytes' arithmetic.
-        o[2 * i] = static_cast<T>(p[0] * scale);
-        o[2 * i + 1] = static_cast<T>(p[1] * scale);
+      int64_t done = 0;
+      if (simd) {
+        done = len / 16 * 16;
+        simd::dequant_4bit_run(in, done, lut, scale, o, simd_out_type<T>());
       }
-      if (len % 2) o[len - 1] = static_cast<T>(table.v[in[pairs]][0] * scale);
+      for (int64_t i = done; i < len; ++i) {
+        // One float32 multiply, then round to the output type: bitsandbytes' arithmetic.
+        o[i] = static_cast<T>(table.v[in[i / 2]][i % 2] * scale);
+      }
     }
   });
 }
@@ -334,22 +346,50 @@ at::Tensor absmax_float(const Packed4bit& q) {
   return absmax.add_(s.offset);
 }
 
-at::Tensor dequantize_4bit(const Packed4bit& q, std::optional<at::ScalarType> dtype) {
+namespace {
+
+void check_out_dtype(at::ScalarType t) {
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "dequantize_4bit: output dtype ", t,
+              " is not supported; accepted: float32, bfloat16, float16");
+}
+
+void dequantize_4bit_impl(const Packed4bit& q, at::Tensor& out, bool allow_simd) {
   q.validate();
-  const auto out_dtype = dtype.value_or(q.dtype);
-  TORCH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16 || out_dtype == at::kHalf,
-              "dequantize_4bit: output dtype ", out_dtype, " is not supported; accepted: float32, bfloat16, float16");
+  check_out_dtype(out.scalar_type());
+  TORCH_CHECK(out.numel() == q.numel() && out.is_contiguous() && out.device() == q.packed.device(),
+              "dequantize_4bit_into: out must be a contiguous tensor of ", q.numel(), " elements on ",
+              q.packed.device(), ", got ", out.sizes(), " on ", out.device());
   const at::Tensor absmax = absmax_float(q).contiguous();
-  at::Tensor out = at::empty(q.shape, q.packed.options().dtype(out_dtype));
   if (q.packed.is_cuda()) {
     device::dequantize_4bit(q.packed, absmax, q.quant_type, q.blocksize, out);
-    return out;
+    return;
   }
-  dispatch_float(out_dtype, [&](auto tag) {
+  dispatch_float(out.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     dequantize_4bit_cpu<T>(q.packed.const_data_ptr<uint8_t>(), absmax.const_data_ptr<float>(), q.numel(), q.blocksize,
-                           q.quant_type, out.data_ptr<T>());
+                           q.quant_type, out.data_ptr<T>(), allow_simd);
   });
+}
+
+}  // namespace
+
+at::Tensor dequantize_4bit(const Packed4bit& q, std::optional<at::ScalarType> dtype) {
+  check_out_dtype(dtype.value_or(q.dtype));
+  at::Tensor out = at::empty(q.shape, q.packed.options().dtype(dtype.value_or(q.dtype)));
+  dequantize_4bit_impl(q, out, /*allow_simd=*/true);
+  return out;
+}
+
+void dequantize_4bit_into(const Packed4bit& q, at::Tensor& out) {
+  dequantize_4bit_impl(q, out, /*allow_simd=*/true);
+}
+
+at::Tensor dequantize_4bit_scalar(const Packed4bit& q, at::ScalarType dtype) {
+  TORCH_CHECK(q.packed.device().is_cpu(), "dequantize_4bit_scalar is the CPU reference loop; got a tensor on ",
+              q.packed.device());
+  check_out_dtype(dtype);
+  at::Tensor out = at::empty(q.shape, q.packed.options().dtype(dtype));
+  dequantize_4bit_impl(q, out, /*allow_simd=*/false);
   return out;
 }
 

@@ -60,6 +60,14 @@ Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize 
 // Returns the tensor in `dtype` (default: the original dtype), shape `q.shape`, on q's device.
 at::Tensor dequantize_4bit(const Packed4bit& q, std::optional<at::ScalarType> dtype = std::nullopt);
 
+// The same into a caller's buffer (a reused workspace: no allocation, no first-touch page
+// faults). out: contiguous, q.numel() elements of float32/bf16/fp16, on q's device.
+void dequantize_4bit_into(const Packed4bit& q, at::Tensor& out);
+
+// The plain scalar loop of the CPU dequantizer, kept beside the vectorized one as its reference
+// (tests compare the two bit for bit). CPU tensors only.
+at::Tensor dequantize_4bit_scalar(const Packed4bit& q, at::ScalarType dtype);
+
 // The float32 absmax of every block (reconstructs nested absmax).
 at::Tensor absmax_float(const Packed4bit& q);
 

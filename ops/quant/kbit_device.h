@@ -1,5 +1,5 @@
-// The CUDA half of the k-bit ops, behind a torch-level interface. kbit_cuda.cpp implements it
-// with the kernels of ops/cuda; kbit_nocuda.cpp, linked when qtrain is built without CUDA,
+// The CUDA half of the k-bit ops, behind a torch-level interface. device_cuda.cpp implements it
+// with the kernels of ops/cuda; device_nocuda.cpp, linked when qtrain is built without CUDA,
 // fails with a message that says so. Callers have already validated their arguments.
 #pragma once
 

@@ -65,6 +65,15 @@ TEST(Int8, ScbIsTheRowAbsmaxAndCannotBeRecoveredFromCb) {
   EXPECT_TRUE(at::equal(back.dequantize(at::kFloat), q.dequantize(at::kFloat)));
 }
 
+TEST(Int8, WeightDequantizeEqualsBitsandbytesFormulaInEveryDtype) {
+  // bitsandbytes' MatMul8bitFp: CB.to(dtype) * (SCB * (1/127)); the vectorized loop must agree.
+  const auto q = Int8Weight::from_float(at::randn({7, 77}) * 4);
+  const auto scale = (q.scb() * (1.0f / 127.0f)).unsqueeze(1);
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    EXPECT_TRUE(test::bitwise_equal(q.dequantize(dt), (q.cb().to(at::kFloat) * scale).to(dt))) << dt;
+  }
+}
+
 TEST(Int8, DequantizeErrorIsBoundedByHalfACode) {
   const auto w = at::randn({32, 128});
   const auto q = Int8Weight::from_float(w);

@@ -95,6 +95,22 @@ TEST(Kbit, DequantizeToOtherDtypesRoundsOnceFromFloat32) {
   EXPECT_TRUE(test::bitwise_equal(dequantize_4bit(q, at::kHalf), f32.to(at::kHalf)));
 }
 
+TEST(Kbit, VectorizedDequantizeEqualsTheScalarReference) {
+  // Sizes around the 16-element vector width and the block edges; every dtype and both types.
+  for (int64_t n : {1, 15, 16, 17, 31, 32, 33, 64 * 5 + 7, 4096 * 3 + 1}) {
+    const auto x = at::randn({n}) * 3;
+    for (auto type : {QuantType::nf4, QuantType::fp4}) {
+      for (int64_t bs : {32, 64, 4096}) {
+        const auto q = quantize_4bit(x, type, bs, n > 1000);
+        for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+          ASSERT_TRUE(test::bitwise_equal(dequantize_4bit(q, dt), dequantize_4bit_scalar(q, dt)))
+              << "n=" << n << " " << quant_type_name(type) << " bs=" << bs << " " << dt;
+        }
+      }
+    }
+  }
+}
+
 TEST(Kbit, RoundTripErrorMatchesBitsandbytesQualityTable) {
   // shared/reference/bitsandbytes-format.md §8.2: mean |error| of N(0,1) data, blocksize 64:
   // NF4 0.0728, FP4 0.0965 (RTX 4090 statistics over 1024x1024).
