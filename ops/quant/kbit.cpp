@@ -288,10 +288,23 @@ Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<floa
 
 at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& code,
                                      int64_t blocksize) {
-  auto idx = codes.to(at::kLong).reshape({-1});
-  auto values = code.index_select(0, idx);
-  auto scale = absmax.repeat_interleave(blocksize).narrow(0, 0, idx.numel());
-  return (values * scale).reshape(codes.sizes());
+  TORCH_CHECK(codes.scalar_type() == at::kByte && absmax.scalar_type() == at::kFloat &&
+                  code.scalar_type() == at::kFloat && code.numel() == 256,
+              "dequantize_blockwise_8bit: expects uint8 codes, float32 absmax and a float32 [256] code");
+  TORCH_CHECK(codes.device().is_cpu(), "dequantize_blockwise_8bit: CPU tensors only, got ", codes.device());
+  const auto c = codes.contiguous();
+  const auto a = absmax.contiguous();
+  const auto table = code.contiguous();
+  const int64_t n = c.numel();
+  TORCH_CHECK(a.numel() == ceil_div(n, blocksize), "dequantize_blockwise_8bit: ", a.numel(), " absmax values for ", n,
+              " codes in blocks of ", blocksize);
+  auto out = at::empty(c.sizes(), a.options());
+  const uint8_t* in = c.const_data_ptr<uint8_t>();
+  const float* am = a.const_data_ptr<float>();
+  const float* t = table.const_data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) o[i] = t[in[i]] * am[i / blocksize];
+  return out;
 }
 
 Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize, bool double_quant) {
