@@ -9,15 +9,24 @@
 
 namespace qtrain::test {
 
+namespace {
+std::filesystem::path fixtures_dir() {
+  const char* dir = std::getenv("QTRAIN_FIXTURES");
+  if (dir == nullptr) {
+    throw std::runtime_error("QTRAIN_FIXTURES is not set: run the tests through ctest (scripts/test.sh)");
+  }
+  return dir;
+}
+}  // namespace
+
 const engine::io::SafetensorsFile& bnb_reference() {
-  static const engine::io::SafetensorsFile file = [] {
-    const char* dir = std::getenv("QTRAIN_FIXTURES");
-    if (dir == nullptr) {
-      throw std::runtime_error("QTRAIN_FIXTURES is not set: run the tests through ctest (scripts/test.sh)");
-    }
-    return engine::io::SafetensorsFile::open(std::filesystem::path(dir) / "bnb_reference.safetensors");
-  }();
+  static const engine::io::SafetensorsFile file =
+      engine::io::SafetensorsFile::open(fixtures_dir() / "bnb_reference.safetensors");
   return file;
+}
+
+std::filesystem::path model_fixture(const std::string& arch) {
+  return fixtures_dir() / "models" / arch;
 }
 
 std::vector<nlohmann::json> reference_cases(const std::string& kind) {
@@ -30,8 +39,7 @@ std::vector<nlohmann::json> reference_cases(const std::string& kind) {
 
 namespace {
 at::Tensor as_bits(const at::Tensor& t) {
-  auto c = t.contiguous();
-  return c.view(at::kByte);
+  return t.contiguous().reshape({-1}).view(at::kByte);  // 1-D first: a 0-dim tensor cannot change dtype
 }
 }  // namespace
 

@@ -2,6 +2,7 @@
 // (bitsandbytes, transformers, peft), and comparisons used by the parity tests.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -15,6 +16,10 @@ namespace qtrain::test {
 const engine::io::SafetensorsFile& bnb_reference();
 // The cases of that file whose "kind" is `kind` (the file's "cases" metadata).
 std::vector<nlohmann::json> reference_cases(const std::string& kind);
+
+// $QTRAIN_FIXTURES/models/<arch>: base/ (HF folder), adapter/ (PEFT), reference.safetensors,
+// written by scripts/reference/model_reference.py.
+std::filesystem::path model_fixture(const std::string& arch);
 
 // Same dtype, shape and bytes: the test of byte compatibility. NaNs compare by bit pattern.
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);

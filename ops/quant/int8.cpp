@@ -163,7 +163,9 @@ at::Tensor int8_mixed_matmul(const at::Tensor& x, const Int8Weight& w, const std
     return s;
   }();
   auto x2 = x.reshape({-1, x.size(-1)}).contiguous();
-  auto qa = int8_vectorwise_quant(x2, threshold);
+  // Like bitsandbytes' MatMul8bitLt, the activations are quantized from their float16 rounding.
+  // A value beyond float16's range becomes inf, which is an outlier (computed from x itself).
+  auto qa = int8_vectorwise_quant(x2.to(at::kHalf), threshold);
   // The int8 product is an exact integer: accumulate in float64 (exact to 2^53) on the CPU, or
   // int32 on CUDA (cuBLASLt's int8 GEMM) where its shape rules allow.
   at::Tensor acc;

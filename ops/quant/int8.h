@@ -53,7 +53,8 @@ class Int8Weight {
   at::Tensor scb_;  // float32 [out], row absmax
 };
 
-// LLM.int8() matmul x @ W^T (+ bias): x is quantized row-wise with `threshold`, the int8 product
+// LLM.int8() matmul x @ W^T (+ bias): x (rounded to float16, as bitsandbytes does) is quantized
+// row-wise with `threshold`, the int8 product
 // is accumulated exactly and rescaled by SCA * SCB / 127^2, and the outlier columns of x are
 // multiplied in x's dtype with the dequantized weight columns. x: [..., in]. Returns [..., out]
 // in x's dtype.

@@ -1,0 +1,577 @@
+// PEFT adapter folders; see peft_adapter.h. Field list and defaults: peft 0.21's LoraConfig
+// (peft/tuners/lora/config.py) and PeftModel.save_pretrained, summarised in
+// shared/reference/peft-and-axolotl.md §§1-3.
+#include "engine/io/peft_adapter.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "engine/io/safetensors.h"
+
+namespace qtrain::engine::io {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kSuffixA = ".lora_A.weight";
+constexpr std::string_view kSuffixB = ".lora_B.weight";
+
+// What an existing adapter folder may hold; it is replaced as a whole (see save_peft_adapter).
+const std::set<std::string> kAdapterFolderFiles = {
+    kPeftConfigFile, kPeftWeightsFile, "adapter_model.bin", "README.md"};
+
+// --- writing ---------------------------------------------------------------------------------
+
+void write_all(int fd, const std::string& data, const std::string& what) {
+  const char* p = data.data();
+  size_t size = data.size();
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    TORCH_CHECK(n > 0, "cannot write ", what, ": ", std::strerror(errno));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void write_file_synced(const fs::path& path, const std::string& data) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TORCH_CHECK(fd >= 0, "cannot create ", path.string(), ": ", std::strerror(errno));
+  try {
+    write_all(fd, data, path.string());
+    TORCH_CHECK(::fsync(fd) == 0, "cannot flush ", path.string(), ": ", std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  TORCH_CHECK(::close(fd) == 0, "cannot close ", path.string(), ": ", std::strerror(errno));
+}
+
+// A rename or a new entry is durable only once its directory is flushed.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "cannot open folder ", dir.string(), " to flush it: ", std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  TORCH_CHECK(rc == 0, "cannot flush folder ", dir.string(), ": ", std::strerror(err));
+}
+
+// "<dir>.tmp" while the new adapter is written; removed on every way out. After an exchange it
+// holds the old adapter, so removing it is also how the old one goes.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(fs::path p) : path(std::move(p)) {}
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// The whole PEFT 0.21 LoRA field set, with the values peft writes for a plain LoRA adapter, so
+// that loaders that compare against it (or older peft releases, which ignore unknown keys with a
+// warning) see a config PEFT itself could have saved.
+json adapter_config_json(const lora::LoraConfig& config,
+                         const std::vector<std::string>& target_modules,
+                         const std::string& base_model) {
+  json j;  // std::map-backed: keys come out sorted, as PEFT's json.dumps(sort_keys=True)
+  j["alora_invocation_tokens"] = nullptr;
+  j["alpha_pattern"] = json::object();
+  j["arrow_config"] = nullptr;
+  j["auto_mapping"] = nullptr;
+  j["base_model_name_or_path"] = base_model.empty() ? json(nullptr) : json(base_model);
+  j["bias"] = "none";
+  j["corda_config"] = nullptr;
+  j["ensure_weight_tying"] = false;
+  j["eva_config"] = nullptr;
+  j["exclude_modules"] = nullptr;
+  j["fan_in_fan_out"] = false;
+  j["inference_mode"] = true;
+  j["init_lora_weights"] = true;
+  j["kasa_config"] = nullptr;
+  j["layer_replication"] = nullptr;
+  j["layers_pattern"] = nullptr;
+  j["layers_to_transform"] = nullptr;
+  j["loftq_config"] = json::object();
+  // PEFT's lora_alpha is an int unless the user gave a float; keep whole numbers integers.
+  if (config.alpha == std::floor(config.alpha) && std::abs(config.alpha) < 9.0e15) {
+    j["lora_alpha"] = static_cast<int64_t>(config.alpha);
+  } else {
+    j["lora_alpha"] = config.alpha;
+  }
+  j["lora_bias"] = false;
+  j["lora_dropout"] = config.dropout;
+  j["lora_ga_config"] = nullptr;
+  j["megatron_config"] = nullptr;
+  j["megatron_core"] = "megatron.core";
+  j["modules_to_save"] = nullptr;
+  j["monteclora_config"] = nullptr;
+  j["peft_type"] = "LORA";
+  j["peft_version"] = kPeftFormatVersion;
+  j["qalora_group_size"] = 16;
+  j["r"] = config.r;
+  j["rank_pattern"] = json::object();
+  j["revision"] = nullptr;
+  j["target_modules"] = target_modules;
+  j["target_parameters"] = nullptr;
+  j["task_type"] = "CAUSAL_LM";
+  j["trainable_token_indices"] = nullptr;
+  j["use_bdlora"] = nullptr;
+  j["use_dora"] = false;
+  j["use_qalora"] = false;
+  j["use_rslora"] = config.use_rslora;
+  j["velora_config"] = nullptr;
+  return j;
+}
+
+std::string last_component(const std::string& module) {
+  const size_t dot = module.rfind('.');
+  return dot == std::string::npos ? module : module.substr(dot + 1);
+}
+
+void check_module_for_save(const std::string& where,
+                           const std::string& module,
+                           const lora::LoraAdapter& adapter,
+                           const lora::LoraConfig& config) {
+  TORCH_CHECK(!module.empty() && !module.starts_with('.') && !module.ends_with('.') &&
+                  module.find("..") == std::string::npos,
+              where,
+              ": '",
+              module,
+              "' is not a module path; adapters are keyed by Hugging Face module paths such as "
+              "model.layers.0.self_attn.q_proj");
+  TORCH_CHECK(config.targets(module),
+              where,
+              ": module '",
+              module,
+              "' has an adapter but the config does not target it, so PEFT would not load it; add '",
+              last_component(module),
+              "' to the target modules or drop the adapter");
+  TORCH_CHECK(adapter.a.defined() && adapter.b.defined(), where, ": module '", module, "' has an undefined A or B");
+  TORCH_CHECK(adapter.a.dim() == 2 && adapter.b.dim() == 2 && adapter.a.size(0) == config.r &&
+                  adapter.b.size(1) == config.r && adapter.a.size(1) > 0 && adapter.b.size(0) > 0,
+              where,
+              ": module '",
+              module,
+              "' has A ",
+              adapter.a.sizes(),
+              " and B ",
+              adapter.b.sizes(),
+              ", but with r = ",
+              config.r,
+              " they must be [r, in_features] and [out_features, r]");
+  TORCH_CHECK(adapter.a.is_floating_point() && adapter.b.is_floating_point(),
+              where,
+              ": module '",
+              module,
+              "' has non-float weights (",
+              adapter.a.scalar_type(),
+              ", ",
+              adapter.b.scalar_type(),
+              ")");
+  // PEFT recomputes the scaling from r and lora_alpha; an adapter trained with another one would
+  // silently change meaning on load.
+  TORCH_CHECK(adapter.scaling == config.scaling(),
+              where,
+              ": module '",
+              module,
+              "' has scaling ",
+              adapter.scaling,
+              " but the config's r = ",
+              config.r,
+              ", lora_alpha = ",
+              config.alpha,
+              (config.use_rslora ? ", use_rslora" : ""),
+              " give ",
+              config.scaling(),
+              "; save with the config the adapter was trained with");
+}
+
+// --- reading ---------------------------------------------------------------------------------
+
+// Features that change what an adapter means and that qtrain does not implement. Each is refused
+// when set to anything but its "off" value (null, false, {}, [], "").
+struct Unsupported {
+  const char* key;
+  const char* feature;
+};
+constexpr Unsupported kUnsupported[] = {
+    {"use_dora", "DoRA (weight-decomposed LoRA)"},
+    {"rank_pattern", "per-module ranks"},
+    {"alpha_pattern", "per-module alphas"},
+    {"lora_bias", "a trained bias on lora_B"},
+    {"modules_to_save", "fully trained extra modules"},
+    {"target_parameters", "LoRA on raw parameters (such as fused MoE experts)"},
+    {"trainable_token_indices", "trainable token embeddings"},
+    {"layer_replication", "layer replication"},
+    {"layers_to_transform", "LoRA restricted to some layer indices"},
+    {"exclude_modules", "excluded modules"},
+    {"fan_in_fan_out", "Conv1D weights stored as (in, out)"},
+    {"use_qalora", "QA-LoRA"},
+    {"alora_invocation_tokens", "activated LoRA (aLoRA)"},
+    {"arrow_config", "Arrow routing"},
+    {"kasa_config", "KaSA"},
+    {"velora_config", "VeLoRA"},
+    {"monteclora_config", "MonteCLoRA"},
+    {"use_bdlora", "block-diagonal LoRA"},
+};
+
+// Inits that rewrite the base weights (peft/tuners/lora/layer.py: olora_init, pissa_init,
+// corda_init, loftq_init, lora_ga_init). An adapter saved with one of them, unconverted, only
+// works on that rewritten base, which qtrain does not have. (PEFT's
+// path_initial_model_for_weight_conversion converts it into a plain adapter and writes true.)
+bool init_rewrites_base(const std::string& init) {
+  return init.starts_with("pissa") || init.starts_with("corda") || init == "olora" || init == "loftq" ||
+         init == "lora_ga";
+}
+
+bool is_off(const json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) || (v.is_object() && v.empty()) ||
+         (v.is_array() && v.empty()) || (v.is_string() && v.get_ref<const std::string&>().empty());
+}
+
+lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, std::string& base_model) {
+  TORCH_CHECK(j.is_object(), where, ": expected a JSON object, got a ", j.type_name());
+  const auto find = [&](const char* key) -> const json* {
+    const auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+
+  const json* peft_type = find("peft_type");
+  TORCH_CHECK(peft_type != nullptr, where, ": no \"peft_type\"; this is not a PEFT adapter config");
+  TORCH_CHECK(peft_type->is_string() && peft_type->get<std::string>() == "LORA",
+              where,
+              ": \"peft_type\" is ",
+              peft_type->dump(),
+              "; qtrain loads LoRA adapters only (\"peft_type\": \"LORA\")");
+  if (const json* task = find("task_type"); task != nullptr && !task->is_null()) {
+    TORCH_CHECK(task->is_string() && task->get<std::string>() == "CAUSAL_LM",
+                where,
+                ": \"task_type\" is ",
+                task->dump(),
+                "; qtrain trains causal language models, so only \"CAUSAL_LM\" (or null) is supported");
+  }
+  for (const Unsupported& u : kUnsupported) {
+    const json* v = find(u.key);
+    TORCH_CHECK(v == nullptr || is_off(*v),
+                where,
+                ": \"",
+                u.key,
+                "\" is ",
+                v == nullptr ? std::string() : v->dump(),
+                ", which needs ",
+                u.feature,
+                ": not supported; qtrain loads plain LoRA adapters only (merge this adapter with peft instead, "
+                "or retrain without \"",
+                u.key,
+                "\")");
+  }
+  if (const json* bias = find("bias"); bias != nullptr && !bias->is_null()) {
+    TORCH_CHECK(bias->is_string() && bias->get<std::string>() == "none",
+                where,
+                ": \"bias\" is ",
+                bias->dump(),
+                ": trained base-layer biases are not supported; qtrain loads adapters with \"bias\": \"none\"");
+  }
+  if (const json* init = find("init_lora_weights"); init != nullptr && init->is_string()) {
+    TORCH_CHECK(!init_rewrites_base(init->get<std::string>()),
+                where,
+                ": \"init_lora_weights\" is ",
+                init->dump(),
+                ": this init rewrites the base model's weights, so the adapter only fits that rewritten base; "
+                "convert it with peft's save_pretrained(..., path_initial_model_for_weight_conversion=...) first");
+  }
+
+  lora::LoraConfig config;
+  const json* r = find("r");
+  TORCH_CHECK(r != nullptr && r->is_number_integer(),
+              where,
+              ": \"r\" ",
+              r == nullptr ? std::string("is missing") : "is " + r->dump(),
+              "; it must be the LoRA rank, an integer");
+  config.r = r->get<int64_t>();
+  const json* alpha = find("lora_alpha");
+  TORCH_CHECK(alpha != nullptr && alpha->is_number(),
+              where,
+              ": \"lora_alpha\" ",
+              alpha == nullptr ? std::string("is missing") : "is " + alpha->dump(),
+              "; it must be a number");
+  config.alpha = alpha->get<double>();
+  if (const json* dropout = find("lora_dropout"); dropout != nullptr && !dropout->is_null()) {
+    TORCH_CHECK(dropout->is_number(), where, ": \"lora_dropout\" is ", dropout->dump(), "; it must be a number");
+    config.dropout = dropout->get<double>();
+  }
+  if (const json* rslora = find("use_rslora"); rslora != nullptr && !rslora->is_null()) {
+    TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
+    config.use_rslora = rslora->get<bool>();
+  }
+  const json* targets = find("target_modules");
+  TORCH_CHECK(targets != nullptr && !targets->is_null(),
+              where,
+              ": \"target_modules\" is missing or null; a LoRA adapter needs the list of module names it adapts");
+  if (targets->is_string()) {
+    TORCH_CHECK(targets->get<std::string>() == "all-linear",
+                where,
+                ": \"target_modules\" is the regular expression ",
+                targets->dump(),
+                ", which is not supported; write it as a list of module names, e.g. [\"q_proj\", \"v_proj\"]");
+    config.target_all_linear = true;
+  } else {
+    TORCH_CHECK(targets->is_array(),
+                where,
+                ": \"target_modules\" is ",
+                targets->dump(),
+                "; it must be a list of module names or \"all-linear\"");
+    for (const json& t : *targets) {
+      TORCH_CHECK(t.is_string(), where, ": \"target_modules\" has the entry ", t.dump(), "; entries must be strings");
+      config.target_modules.push_back(t.get<std::string>());
+    }
+  }
+  if (const json* base = find("base_model_name_or_path"); base != nullptr && !base->is_null()) {
+    TORCH_CHECK(base->is_string(),
+                where,
+                ": \"base_model_name_or_path\" is ",
+                base->dump(),
+                "; it must be a string or null");
+    base_model = base->get<std::string>();
+  }
+  config.validate(where);
+  return config;
+}
+
+// A tensor of the weights file as an fp32 trainable leaf that owns its memory (not a view of the
+// file's mapping).
+at::Tensor trainable_fp32(const SafetensorsFile& file, const std::string& key) {
+  const at::Tensor t = file.tensor(key);
+  TORCH_CHECK(t.is_floating_point(),
+              file.path().string(),
+              ": '",
+              key,
+              "' has dtype ",
+              t.scalar_type(),
+              "; LoRA weights must be F32, BF16 or F16");
+  return t.to(at::kFloat, /*non_blocking=*/false, /*copy=*/true).set_requires_grad(true);
+}
+
+}  // namespace
+
+void save_peft_adapter(const fs::path& dir,
+                       const lora::LoraConfig& config,
+                       const std::map<std::string, lora::LoraAdapter>& adapters,
+                       const std::string& base_model_name_or_path,
+                       at::ScalarType save_dtype) {
+  // A trailing slash names the folder itself.
+  fs::path target = dir.lexically_normal();
+  if (target.filename().empty()) {
+    target = target.parent_path();
+  }
+  const std::string where = target.string();
+  TORCH_CHECK(!target.empty() && target.filename() != "." && target.filename() != "..",
+              "cannot save a PEFT adapter to '",
+              dir.string(),
+              "': give the adapter folder a name, e.g. out/adapter");
+  config.validate(where);
+  TORCH_CHECK(!adapters.empty(), where, ": no adapters to save; a PEFT adapter needs at least one module");
+  TORCH_CHECK(save_dtype == at::kFloat || save_dtype == at::kBFloat16 || save_dtype == at::kHalf,
+              where,
+              ": cannot save LoRA weights as ",
+              save_dtype,
+              "; use float32, bfloat16 or float16");
+
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::set<std::string> suffixes;
+  for (const auto& [module, adapter] : adapters) {
+    check_module_for_save(where, module, adapter, config);
+    tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
+    tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
+    suffixes.insert(last_component(module));
+  }
+  const std::string config_text =
+      adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
+
+  // An existing folder is swapped out whole, so it must not hold anything but an adapter.
+  std::error_code ec;
+  const bool existed = fs::exists(target, ec);
+  if (existed) {
+    TORCH_CHECK(fs::is_directory(target), where, " exists and is not a folder; choose another adapter folder");
+    for (const fs::directory_entry& entry : fs::directory_iterator(target)) {
+      const std::string name = entry.path().filename().string();
+      TORCH_CHECK(kAdapterFolderFiles.contains(name),
+                  where,
+                  " already holds '",
+                  name,
+                  "', which is not part of a PEFT adapter; qtrain replaces an adapter folder as a whole, so save "
+                  "the adapter into a folder of its own (e.g. ",
+                  (target / "adapter").string(),
+                  ")");
+    }
+  }
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+
+  const TempDir tmp(parent / (target.filename().string() + ".tmp"));  // a leftover from a crash goes too
+  fs::remove_all(tmp.path);
+  fs::create_directory(tmp.path);
+  safetensors_save(tmp.path / kPeftWeightsFile, tensors);
+  write_file_synced(tmp.path / kPeftConfigFile, config_text);
+  fsync_dir(tmp.path);
+
+  if (!existed) {
+    TORCH_CHECK(::rename(tmp.path.c_str(), target.c_str()) == 0,
+                "cannot rename ",
+                tmp.path.string(),
+                " to ",
+                where,
+                ": ",
+                std::strerror(errno));
+  } else if (::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    // Filesystems without RENAME_EXCHANGE: two renames. A crash between them leaves no `dir`, but
+    // the old adapter complete in "<dir>.old" and the new one in "<dir>.tmp".
+    TORCH_CHECK(errno == EINVAL || errno == ENOSYS || errno == ENOTSUP,
+                "cannot swap ",
+                tmp.path.string(),
+                " into ",
+                where,
+                ": ",
+                std::strerror(errno));
+    const TempDir old(parent / (target.filename().string() + ".old"));
+    fs::remove_all(old.path);
+    fs::rename(target, old.path);
+    fs::rename(tmp.path, target);
+  }
+  fsync_dir(parent);
+}
+
+LoadedAdapter load_peft_adapter(const fs::path& dir) {
+  TORCH_CHECK(fs::is_directory(dir), "PEFT adapter folder ", dir.string(), " does not exist or is not a folder");
+  const fs::path config_path = dir / kPeftConfigFile;
+  const fs::path weights_path = dir / kPeftWeightsFile;
+  const std::string config_where = config_path.string();
+  const std::string weights_where = weights_path.string();
+  TORCH_CHECK(fs::exists(config_path),
+              dir.string(),
+              " has no ",
+              kPeftConfigFile,
+              "; point at the folder that PeftModel.save_pretrained (or qtrain) wrote");
+  TORCH_CHECK(fs::exists(weights_path) || !fs::exists(dir / "adapter_model.bin"),
+              dir.string(),
+              " holds adapter_model.bin but no ",
+              kPeftWeightsFile,
+              "; qtrain reads safetensors only: re-save the adapter with peft's "
+              "save_pretrained(..., safe_serialization=True)");
+  TORCH_CHECK(fs::exists(weights_path), dir.string(), " has no ", kPeftWeightsFile, "; the adapter is incomplete");
+
+  json j;
+  {
+    std::ifstream in(config_path);
+    TORCH_CHECK(in, "cannot open ", config_where, ": ", std::strerror(errno));
+    try {
+      j = json::parse(in);
+    } catch (const json::parse_error& e) {
+      TORCH_CHECK(false, config_where, ": not valid JSON (", e.what(), ")");
+    }
+  }
+  LoadedAdapter loaded;
+  loaded.config = parse_adapter_config(j, config_where, loaded.base_model);
+  const lora::LoraConfig& config = loaded.config;
+
+  const SafetensorsFile file = SafetensorsFile::open(weights_path);
+  struct Pair {
+    std::optional<std::string> a, b;
+  };
+  std::map<std::string, Pair> modules;
+  for (const TensorInfo& info : file.tensors()) {
+    const std::string& key = info.name;
+    TORCH_CHECK(key.starts_with(kPeftKeyPrefix),
+                weights_where,
+                ": tensor '",
+                key,
+                "' does not start with \"",
+                kPeftKeyPrefix,
+                "\"; PEFT LoRA keys look like base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+    const bool is_a = key.ends_with(kSuffixA);
+    const bool is_b = key.ends_with(kSuffixB);
+    TORCH_CHECK(is_a || is_b,
+                weights_where,
+                ": tensor '",
+                key,
+                "' is not a lora_A.weight or lora_B.weight; it belongs to a feature qtrain does not support "
+                "(DoRA magnitudes, LoRA biases, embedding LoRA, saved modules), so the adapter is not supported");
+    const size_t prefix = std::string_view(kPeftKeyPrefix).size();
+    const std::string module = key.substr(prefix, key.size() - prefix - kSuffixA.size());
+    TORCH_CHECK(!module.empty(), weights_where, ": tensor '", key, "' names no module");
+    (is_a ? modules[module].a : modules[module].b) = key;
+  }
+  TORCH_CHECK(!modules.empty(), weights_where, ": holds no LoRA weights");
+
+  for (const auto& [module, pair] : modules) {
+    TORCH_CHECK(pair.a && pair.b,
+                weights_where,
+                ": module '",
+                module,
+                "' has ",
+                pair.a ? "lora_A.weight but no lora_B.weight" : "lora_B.weight but no lora_A.weight",
+                "; every adapted module needs both, the file is incomplete (re-save the adapter)");
+    const TensorInfo& a = file.info(*pair.a);
+    const TensorInfo& b = file.info(*pair.b);
+    TORCH_CHECK(a.shape.size() == 2 && a.shape[0] == config.r && a.shape[1] > 0,
+                weights_where,
+                ": '",
+                *pair.a,
+                "' has shape ",
+                c10::IntArrayRef(a.shape),
+                " but ",
+                config_where,
+                " says r = ",
+                config.r,
+                "; lora_A.weight must be [r, in_features]");
+    TORCH_CHECK(b.shape.size() == 2 && b.shape[1] == config.r && b.shape[0] > 0,
+                weights_where,
+                ": '",
+                *pair.b,
+                "' has shape ",
+                c10::IntArrayRef(b.shape),
+                " but ",
+                config_where,
+                " says r = ",
+                config.r,
+                "; lora_B.weight must be [out_features, r]");
+    // PEFT would not create a LoRA layer for this module and would drop its weights.
+    TORCH_CHECK(config.targets(module),
+                weights_where,
+                ": has weights for module '",
+                module,
+                "', but \"target_modules\" in ",
+                config_where,
+                " does not match it, so PEFT would ignore them; add \"",
+                last_component(module),
+                "\" to target_modules");
+    loaded.adapters.emplace(module,
+                            lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
+                                              .b = trainable_fp32(file, *pair.b),
+                                              .scaling = config.scaling(),
+                                              .dropout = config.dropout});
+  }
+  return loaded;
+}
+
+}  // namespace qtrain::engine::io

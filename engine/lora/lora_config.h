@@ -1,0 +1,86 @@
+// LoRA hyper-parameters and which modules they apply to, with PEFT's meaning for each.
+//
+// One struct serves both sources of a LoRA setup: a run config (axolotl keys lora_r, lora_alpha,
+// lora_dropout, lora_target_modules, lora_target_linear, peft_use_rslora) and an
+// adapter_config.json written by PEFT or by qtrain. Matching module names follows PEFT's
+// `check_target_module_exists` for list-valued target_modules, so an adapter trained here
+// attaches to the same modules when PEFT loads it.
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace qtrain::engine::lora {
+
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 16;
+  double dropout = 0.0;
+  // Module-name entries: a module matches when its dotted path equals an entry or ends with
+  // "." + entry (so "q_proj" matches "model.layers.0.self_attn.q_proj"). Regex strings are not
+  // supported.
+  std::vector<std::string> target_modules;
+  // PEFT's "all-linear" / axolotl's lora_target_linear: every linear layer except the output
+  // head (lm_head). Combined with target_modules, a module matching either is targeted.
+  bool target_all_linear = false;
+  bool use_rslora = false;
+
+  // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT computes both in double, as here).
+  double scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r; }
+
+  // Whether the linear module at `module_path` (a Hugging Face module path such as
+  // "model.layers.0.self_attn.q_proj") gets an adapter. Callers ask only about linear modules:
+  // the config knows names, not module types.
+  bool targets(const std::string& module_path) const {
+    if (module_path.empty()) {
+      return false;
+    }
+    const auto ends_with_component = [&](const std::string& entry) {
+      return module_path == entry ||
+             (module_path.size() > entry.size() && module_path.ends_with(entry) &&
+              module_path[module_path.size() - entry.size() - 1] == '.');
+    };
+    if (target_all_linear && !ends_with_component("lm_head")) {
+      return true;
+    }
+    for (const std::string& entry : target_modules) {
+      if (!entry.empty() && ends_with_component(entry)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Rejects values PEFT would reject or that make training meaningless. `where` names the
+  // source (a config file, an adapter folder) for the message.
+  void validate(const std::string& where) const {
+    TORCH_CHECK(r > 0, where, ": LoRA rank r is ", r, "; it must be at least 1 (typical values: 8 to 64)");
+    TORCH_CHECK(alpha > 0 && std::isfinite(alpha),
+                where,
+                ": lora_alpha is ",
+                alpha,
+                "; it must be a positive number (commonly r or 2*r)");
+    TORCH_CHECK(dropout >= 0 && dropout < 1,
+                where,
+                ": lora_dropout is ",
+                dropout,
+                "; it must be in [0, 1) (0 disables it, typical: 0.05)");
+    TORCH_CHECK(target_all_linear || !target_modules.empty(),
+                where,
+                ": no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj, ...]) "
+                "or target every linear layer (lora_target_linear: true)");
+    for (const std::string& entry : target_modules) {
+      TORCH_CHECK(!entry.empty() && !entry.starts_with('.') && !entry.ends_with('.'),
+                  where,
+                  ": LoRA target module '",
+                  entry,
+                  "' is not a module name; use a name such as q_proj or a dotted suffix such as self_attn.q_proj");
+    }
+  }
+};
+
+}  // namespace qtrain::engine::lora

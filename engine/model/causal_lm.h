@@ -1,0 +1,63 @@
+// A decoder-only language model (LlamaForCausalLM and relatives): token embeddings, decoder
+// layers, final norm, output head. Loaded from a Hugging Face folder with the base linear
+// weights quantized on load (or read already quantized from a bitsandbytes checkpoint). The
+// model holds weights and computes pieces; the layer loop belongs to engine/schedule.
+#pragma once
+
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/io/hf_folder.h"
+#include "engine/model/decoder_layer.h"
+#include "engine/model/model_config.h"
+#include "engine/model/quant_spec.h"
+
+namespace qtrain::engine::model {
+
+struct LoadOptions {
+  QuantSpec quant;
+  at::ScalarType dtype = at::kFloat;  // compute dtype: float32, bfloat16 or float16
+  at::Device device = at::kCPU;
+};
+
+class CausalLM {
+ public:
+  static CausalLM load(const io::HfFolder& folder, const LoadOptions& options);
+
+  const ModelConfig& config() const { return config_; }
+  at::ScalarType dtype() const { return dtype_; }
+  const at::Device& device() const { return device_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
+  std::vector<DecoderLayer>& layers() { return layers_; }
+  const at::Tensor& embed_tokens() const { return embed_; }
+  const at::Tensor& lm_head() const { return lm_head_; }
+  const at::Tensor& norm_weight() const { return norm_; }
+
+  // ids: int64 [B, T] -> [B, T, H] in the compute dtype.
+  at::Tensor embed(const at::Tensor& ids) const;
+  // cos/sin for positions 0..T-1.
+  ops::RopeTables rope(int64_t seq_len) const;
+  at::Tensor final_norm(const at::Tensor& h) const;
+  // h: [B, T, H] after final_norm -> logits [B, T, V] in the compute dtype (for evaluation of
+  // short inputs; training uses loss_sum, which never holds all logits).
+  at::Tensor logits(const at::Tensor& h) const;
+  // Sum of the token losses and the number of predicted tokens. labels: int64 [B, T] in
+  // transformers' convention (shifted inside: position t predicts label t+1; -100 ignored).
+  std::pair<at::Tensor, int64_t> loss_sum(const at::Tensor& h, const at::Tensor& labels) const;
+
+  // Every LoRA tensor of the model, layer by layer.
+  std::vector<at::Tensor> trainable_parameters() const;
+
+ private:
+  ModelConfig config_;
+  at::ScalarType dtype_ = at::kFloat;
+  at::Device device_ = at::kCPU;
+  at::Tensor embed_;    // [V, H]
+  at::Tensor norm_;     // [H]
+  at::Tensor lm_head_;  // [V, H]; the embedding itself when tied
+  at::Tensor inv_freq_;
+  std::vector<DecoderLayer> layers_;
+};
+
+}  // namespace qtrain::engine::model

@@ -1,0 +1,78 @@
+// See linear_layer.h.
+#include "engine/model/linear_layer.h"
+
+#include <ATen/ATen.h>
+
+#include "ops/linear_4bit.h"
+
+namespace qtrain::engine::model {
+
+LinearLayer LinearLayer::make(std::string name, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                              const QuantSpec& quant, at::ScalarType dtype) {
+  TORCH_CHECK(weight.dim() == 2, name, ".weight must be 2-D [out, in], got ", weight.sizes());
+  BaseWeight stored;
+  switch (quant.kind) {
+    case QuantSpec::Kind::none: stored = weight.to(dtype).contiguous(); break;
+    case QuantSpec::Kind::nf4:
+    case QuantSpec::Kind::fp4:
+      stored = ops::quantize_4bit(weight.contiguous(),
+                                  quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4,
+                                  quant.blocksize, quant.double_quant);
+      break;
+    case QuantSpec::Kind::int8: stored = ops::Int8Weight::from_float(weight.contiguous()); break;
+  }
+  return from_weight(std::move(name), std::move(stored), bias ? std::optional(bias->to(dtype)) : std::nullopt, quant);
+}
+
+LinearLayer LinearLayer::from_weight(std::string name, BaseWeight weight, std::optional<at::Tensor> bias,
+                                     const QuantSpec& quant) {
+  LinearLayer l;
+  l.name = std::move(name);
+  if (const auto* dense = std::get_if<at::Tensor>(&weight)) {
+    l.out_features = dense->size(0);
+    l.in_features = dense->size(1);
+  } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
+    TORCH_CHECK(q4->shape.size() == 2, l.name, ": a 4-bit linear weight must have a 2-D shape, got ",
+                at::IntArrayRef(q4->shape));
+    l.out_features = q4->shape[0];
+    l.in_features = q4->shape[1];
+  } else {
+    l.out_features = std::get<ops::Int8Weight>(weight).out_features();
+    l.in_features = std::get<ops::Int8Weight>(weight).in_features();
+  }
+  if (bias) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == l.out_features, l.name, ".bias must be [", l.out_features,
+                "], got ", bias->sizes());
+  }
+  l.weight = std::move(weight);
+  l.bias = std::move(bias);
+  l.quant = quant;
+  return l;
+}
+
+at::Tensor LinearLayer::forward(const at::Tensor& x, bool training) const {
+  at::Tensor y;
+  if (const auto* dense = std::get_if<at::Tensor>(&weight)) {
+    y = at::linear(x, *dense, bias);
+  } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
+    y = ops::linear_4bit(x, *q4, bias);
+  } else {
+    y = ops::linear_int8(x, std::get<ops::Int8Weight>(weight), bias, quant.int8_compute, quant.int8_threshold);
+  }
+  if (lora) y = y + lora::lora_delta(x, *lora, training);
+  return y;
+}
+
+at::Tensor LinearLayer::dense_weight(at::ScalarType dtype) const {
+  if (const auto* dense = std::get_if<at::Tensor>(&weight)) return dense->to(dtype);
+  if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) return ops::dequantize_4bit(*q4, dtype);
+  return std::get<ops::Int8Weight>(weight).dequantize(dtype);
+}
+
+int64_t LinearLayer::base_nbytes() const {
+  if (const auto* dense = std::get_if<at::Tensor>(&weight)) return dense->nbytes();
+  if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) return q4->nbytes();
+  return std::get<ops::Int8Weight>(weight).nbytes();
+}
+
+}  // namespace qtrain::engine::model

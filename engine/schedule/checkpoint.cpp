@@ -1,0 +1,102 @@
+// See checkpoint.h.
+#include "engine/schedule/checkpoint.h"
+
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/autograd.h>
+
+namespace qtrain::engine::schedule {
+namespace {
+
+// The generator LoRA dropout draws from on h's device.
+at::Generator generator_for(const at::Device& device) {
+  return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
+}
+
+at::Tensor rng_state(const at::Device& device) {
+  auto gen = generator_for(device);
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+// Sets the generator to `state` for its lifetime and puts the previous state back afterwards
+// (torch.random.fork_rng), so the recompute draws the forward's numbers without shifting
+// anything drawn later.
+class RngStateGuard {
+ public:
+  RngStateGuard(const at::Device& device, const at::Tensor& state) : gen_(generator_for(device)) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.get_state();
+    gen_.set_state(state);
+  }
+  ~RngStateGuard() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+  RngStateGuard(const RngStateGuard&) = delete;
+  RngStateGuard& operator=(const RngStateGuard&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Tensor saved_;
+};
+
+}  // namespace
+
+at::Tensor CheckpointFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                                       const at::Tensor& cos, const at::Tensor& sin, at::TensorList params,
+                                       const CheckpointContext* context) {
+  ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
+  ctx->saved_data["rng"] = rng_state(h.device());
+  ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
+  ctx->save_for_backward({h, cos, sin});
+  // apply() runs this under no-grad: nothing inside the layer is recorded or kept.
+  return context->layer->forward(h, ops::RopeTables{cos, sin}, *context->config, context->training);
+}
+
+torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::AutogradContext* ctx,
+                                                            torch::autograd::variable_list grad_out) {
+  const auto* context = reinterpret_cast<const CheckpointContext*>(ctx->saved_data.at("context").toInt());
+  const auto saved = ctx->get_saved_variables();
+  const auto& h = saved[0];
+  const int64_t layer = context->layer->index;
+  // The backward engine runs on its own thread: grad mode must be switched on here.
+  at::AutoGradMode grad_mode(true);
+  context->residency->acquire(layer);
+  auto h_in = h.detach().requires_grad_(h.requires_grad());
+  at::Tensor out;
+  {
+    RngStateGuard rng(h.device(), ctx->saved_data.at("rng").toTensor());
+    out = context->layer->forward(h_in, ops::RopeTables{saved[1], saved[2]}, *context->config, context->training);
+  }
+  ++*context->recomputed;
+  // Differentiate the recomputed layer w.r.t. its input and its LoRA tensors and return the
+  // gradients (rather than accumulating into .grad here), so the engine routes them as usual.
+  std::vector<at::Tensor> inputs;
+  if (h_in.requires_grad()) inputs.push_back(h_in);
+  const auto params = context->layer->trainable_parameters();
+  inputs.insert(inputs.end(), params.begin(), params.end());
+  torch::autograd::variable_list grads;
+  if (!inputs.empty() && out.requires_grad()) {
+    grads = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+  }
+  context->residency->release(layer);
+  torch::autograd::variable_list result;
+  size_t next = 0;
+  result.push_back(h_in.requires_grad() && !grads.empty() ? grads[next++] : at::Tensor());
+  result.push_back(at::Tensor());  // cos
+  result.push_back(at::Tensor());  // sin
+  for (size_t i = 0; i < params.size(); ++i) result.push_back(grads.empty() ? at::Tensor() : grads[next++]);
+  result.push_back(at::Tensor());  // context
+  return result;
+}
+
+at::Tensor checkpointed_layer(const at::Tensor& h, const ops::RopeTables& rope, const CheckpointContext& ctx) {
+  const auto params = ctx.layer->trainable_parameters();
+  return CheckpointFunction::apply(h, rope.cos, rope.sin, at::TensorList(params), &ctx);
+}
+
+}  // namespace qtrain::engine::schedule

@@ -1,0 +1,39 @@
+// Activation checkpointing of one decoder layer, reentrant style (libtorch has no saved-tensor
+// hooks without Python): forward runs the layer without recording a graph and keeps only the
+// layer input and the RNG state; backward re-acquires the layer's weights, restores the RNG
+// (so LoRA dropout draws the same mask), recomputes with grad on and back-propagates. The
+// layer's LoRA tensors are explicit inputs, so they receive gradients even when the input
+// hidden state does not require grad (the first layer after a frozen embedding).
+#pragma once
+
+#include <atomic>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "engine/model/decoder_layer.h"
+#include "engine/schedule/residency.h"
+
+namespace qtrain::engine::schedule {
+
+// What a checkpointed layer needs beyond its tensors. Must outlive the backward pass.
+struct CheckpointContext {
+  const model::DecoderLayer* layer = nullptr;
+  const model::ModelConfig* config = nullptr;
+  WeightResidency* residency = nullptr;
+  std::atomic<int64_t>* recomputed = nullptr;  // incremented once per recompute
+  bool training = true;
+};
+
+// h: [B, T, H]; cos/sin: the rope tables. Returns the layer output; the graph it records is one
+// node.
+at::Tensor checkpointed_layer(const at::Tensor& h, const ops::RopeTables& rope, const CheckpointContext& ctx);
+
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
+                            const at::Tensor& sin, at::TensorList params, const CheckpointContext* context);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out);
+};
+
+}  // namespace qtrain::engine::schedule

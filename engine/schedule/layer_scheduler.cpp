@@ -1,0 +1,103 @@
+// See layer_scheduler.h.
+#include "engine/schedule/layer_scheduler.h"
+
+#include <malloc.h>
+
+#include <ATen/ATen.h>
+
+namespace qtrain::engine::schedule {
+namespace {
+
+// Bytes currently allocated by this process's heap (glibc): the CPU counterpart of the CUDA
+// allocator's "allocated bytes". Measured around the forward pass, the difference is what the
+// forward keeps alive for backward (saved activations and the graph's tensors).
+int64_t heap_in_use(const at::Device& device) {
+  if (!device.is_cpu()) return 0;  // the CUDA path reads the caching allocator (offload issue)
+  const struct mallinfo2 mi = mallinfo2();
+  return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
+}
+
+}  // namespace
+
+CheckpointPolicy checkpoint_policy_from_name(const std::string& name) {
+  if (name == "none" || name == "false") return CheckpointPolicy::none;
+  if (name == "every_layer" || name == "true") return CheckpointPolicy::every_layer;
+  if (name == "every_kth") return CheckpointPolicy::every_kth;
+  TORCH_CHECK(false, "checkpoint policy '", name, "' is not known; use none, every_layer or every_kth");
+}
+
+int64_t ExecutionPlan::num_checkpointed() const {
+  return std::count(checkpoint_.begin(), checkpoint_.end(), true);
+}
+
+LayerScheduler::LayerScheduler(model::CausalLM& model, std::shared_ptr<WeightResidency> residency)
+    : model_(model), residency_(residency ? std::move(residency) : std::make_shared<ResidentWeights>()) {}
+
+ExecutionPlan LayerScheduler::prepare_training(CheckpointPolicy policy, int64_t every_k) {
+  TORCH_CHECK(policy != CheckpointPolicy::every_kth || every_k >= 1, "checkpoint every k-th layer needs k >= 1, got ",
+              every_k);
+  training_ = true;  // first the mode ...
+  const int64_t n = model_.config().num_layers;
+  std::vector<bool> checkpoint(n, false);  // ... then the checkpoints
+  for (int64_t i = 0; i < n; ++i) {
+    checkpoint[i] = policy == CheckpointPolicy::every_layer || (policy == CheckpointPolicy::every_kth && i % every_k == 0);
+  }
+  return ExecutionPlan(true, std::move(checkpoint));
+}
+
+ExecutionPlan LayerScheduler::prepare_eval() {
+  training_ = false;
+  return ExecutionPlan(false, std::vector<bool>(model_.config().num_layers, false));
+}
+
+at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, const ops::RopeTables& rope) {
+  TORCH_CHECK(plan.num_layers() == static_cast<int64_t>(model_.layers().size()), "the plan covers ", plan.num_layers(),
+              " layers but the model has ", model_.layers().size());
+  for (const auto& layer : model_.layers()) {
+    const int64_t i = layer.index;
+    residency_->acquire(i);
+    if (plan.training() && plan.checkpointed(i)) {
+      contexts_.push_back(CheckpointContext{&layer, &model_.config(), residency_.get(), &recomputed_, true});
+      h = checkpointed_layer(h, rope, contexts_.back());
+    } else {
+      h = layer.forward(h, rope, model_.config(), plan.training());
+    }
+    residency_->release(i);
+  }
+  return h;
+}
+
+LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+  TORCH_CHECK(plan.training(), "a training step was given an eval plan; make it with prepare_training()");
+  TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");
+  contexts_.clear();
+  recomputed_ = 0;
+  stats_ = StepStats{plan.num_checkpointed(), 0, 0};
+  const int64_t before = heap_in_use(model_.device());
+  at::AutoGradMode grad(true);
+  auto h = run_layers(plan, model_.embed(ids), model_.rope(ids.size(1)));
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), labels);
+  stats_.activation_bytes = heap_in_use(model_.device()) - before;
+  return {sum, tokens};
+}
+
+LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+  TORCH_CHECK(!plan.training(), "eval_loss needs an eval plan; make it with prepare_eval()");
+  at::NoGradGuard no_grad;
+  auto h = run_layers(plan, model_.embed(ids), model_.rope(ids.size(1)));
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), labels);
+  return {sum, tokens};
+}
+
+at::Tensor LayerScheduler::eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids) {
+  TORCH_CHECK(!plan.training(), "eval_hidden needs an eval plan; make it with prepare_eval()");
+  at::NoGradGuard no_grad;
+  return model_.final_norm(run_layers(plan, model_.embed(ids), model_.rope(ids.size(1))));
+}
+
+const StepStats& LayerScheduler::stats() const {
+  stats_.layers_recomputed = recomputed_.load();
+  return stats_;
+}
+
+}  // namespace qtrain::engine::schedule

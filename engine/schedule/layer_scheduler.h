@@ -1,0 +1,64 @@
+// Runs a model's decoder layers by an execution plan: owns train/eval mode, checkpointing and
+// (through WeightResidency) when each layer's weights are usable. One training forward gives the
+// loss; the caller runs backward; the scheduler's stats then say what the step recomputed.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/model/causal_lm.h"
+#include "engine/schedule/checkpoint.h"
+#include "engine/schedule/execution_plan.h"
+#include "engine/schedule/residency.h"
+
+namespace qtrain::engine::schedule {
+
+struct StepStats {
+  int64_t layers_checkpointed = 0;  // in this step's plan
+  int64_t layers_recomputed = 0;    // by backward so far
+  int64_t activation_bytes = 0;     // memory the forward left allocated for backward (see layer_scheduler.cpp)
+};
+
+struct LossResult {
+  at::Tensor loss_sum;  // float32 scalar, differentiable
+  int64_t tokens = 0;   // predicted tokens (labels != -100 after the shift)
+};
+
+class LayerScheduler {
+ public:
+  // `residency` may be null: every layer is then resident.
+  explicit LayerScheduler(model::CausalLM& model, std::shared_ptr<WeightResidency> residency = nullptr);
+
+  // Puts the model in training mode, then marks the layers the policy checkpoints (every_kth:
+  // layers 0, k, 2k, ...). The only way to get a training plan.
+  ExecutionPlan prepare_training(CheckpointPolicy policy, int64_t every_k = 1);
+  ExecutionPlan prepare_eval();
+
+  // ids, labels: int64 [B, T]. A training plan is required; gradients are not computed here.
+  LossResult train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels);
+  // No graph, no dropout; an eval plan is required. Returns the summed loss and token count.
+  LossResult eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels);
+  // Final-norm hidden states [B, T, H] (for logits), under an eval plan.
+  at::Tensor eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids);
+
+  const StepStats& stats() const;
+  WeightResidency& residency() { return *residency_; }
+  model::CausalLM& model() { return model_; }
+
+ private:
+  at::Tensor run_layers(const ExecutionPlan& plan, at::Tensor h, const ops::RopeTables& rope);
+
+  model::CausalLM& model_;
+  std::shared_ptr<WeightResidency> residency_;
+  bool training_ = false;
+  std::atomic<int64_t> recomputed_{0};
+  // One context per checkpointed layer call of the current step; kept until the next step so
+  // backward can read them (a deque: its elements never move).
+  std::deque<CheckpointContext> contexts_;
+  mutable StepStats stats_;
+};
+
+}  // namespace qtrain::engine::schedule

@@ -1,0 +1,28 @@
+// See attention.h.
+#include "ops/nn/attention.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+namespace qtrain::ops {
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            std::optional<int64_t> sliding_window) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "causal_attention: q, k, v must be [B, heads, T, d]");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0, "causal_attention: ", q.size(1), " query heads are not a multiple of ",
+              k.size(1), " key/value heads");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const int64_t t = q.size(2);
+  const bool gqa = q.size(1) != k.size(1);
+  if (!sliding_window || *sliding_window >= t) {
+    return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
+                                            /*is_causal=*/true, scale, /*enable_gqa=*/gqa);
+  }
+  auto i = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(1);
+  auto j = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(0);
+  auto visible = (j <= i).logical_and(i - j < *sliding_window);  // bool mask: true = attend
+  return at::scaled_dot_product_attention(q, k, v, visible, 0.0, /*is_causal=*/false, scale, gqa);
+}
+
+}  // namespace qtrain::ops

@@ -1,0 +1,17 @@
+// Causal self-attention through at::scaled_dot_product_attention (flash / memory-efficient
+// kernels on CUDA, the math kernel on CPU), with grouped-query heads and an optional sliding
+// window (Mistral).
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+namespace qtrain::ops {
+
+// q: [B, heads, T, d]; k, v: [B, kv_heads, T, d] with heads % kv_heads == 0. Key j is visible to
+// query i iff j <= i and (no window or i - j < window). Returns [B, heads, T, d].
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            std::optional<int64_t> sliding_window = std::nullopt);
+
+}  // namespace qtrain::ops

@@ -1,0 +1,66 @@
+// See cross_entropy.h.
+#include "ops/nn/cross_entropy.h"
+
+#include <ATen/ATen.h>
+
+namespace qtrain::ops {
+
+at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
+                                                const at::Tensor& weight, const at::Tensor& labels,
+                                                int64_t chunk_tokens) {
+  ctx->save_for_backward({h, weight, labels});
+  ctx->saved_data["chunk"] = chunk_tokens;
+  auto total = at::zeros({}, h.options().dtype(at::kFloat));
+  for (int64_t s = 0; s < h.size(0); s += chunk_tokens) {
+    const int64_t n = std::min(chunk_tokens, h.size(0) - s);
+    const auto lab = labels.narrow(0, s, n);
+    const auto valid = lab != kIgnoreIndex;
+    const auto logits = at::matmul(h.narrow(0, s, n), weight.t()).to(at::kFloat);  // [n, V]
+    const auto target = logits.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1);
+    total += ((at::logsumexp(logits, 1) - target) * valid).sum();
+  }
+  return total;
+}
+
+torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::autograd::AutogradContext* ctx,
+                                                                     torch::autograd::variable_list grad_out) {
+  const auto saved = ctx->get_saved_variables();
+  const auto& h = saved[0];
+  const auto& weight = saved[1];
+  const auto& labels = saved[2];
+  const int64_t chunk = ctx->saved_data.at("chunk").toInt();
+  const auto g = grad_out[0].to(at::kFloat);
+  const bool need_h = ctx->needs_input_grad(0);
+  const bool need_w = ctx->needs_input_grad(1);
+  at::Tensor grad_h = need_h ? at::empty_like(h) : at::Tensor();
+  at::Tensor grad_w = need_w ? at::zeros(weight.sizes(), weight.options().dtype(at::kFloat)) : at::Tensor();
+  for (int64_t s = 0; s < h.size(0); s += chunk) {
+    const int64_t n = std::min(chunk, h.size(0) - s);
+    const auto lab = labels.narrow(0, s, n);
+    const auto valid = (lab != kIgnoreIndex).unsqueeze(1);
+    const auto hc = h.narrow(0, s, n);
+    // d(sum loss)/d logits = softmax - onehot(target), zero for ignored tokens.
+    auto dlogits = at::softmax(at::matmul(hc, weight.t()).to(at::kFloat), 1);
+    dlogits.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), at::full({n, 1}, -1.0f, dlogits.options()));
+    dlogits = (dlogits * valid * g).to(h.scalar_type());
+    if (need_h) grad_h.narrow(0, s, n).copy_(at::matmul(dlogits, weight));
+    if (need_w) grad_w.add_(at::matmul(dlogits.t(), hc).to(at::kFloat));
+  }
+  return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+at::Tensor chunked_cross_entropy_sum(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& labels,
+                                     int64_t chunk_tokens) {
+  TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1), "chunked_cross_entropy: h ",
+              h.sizes(), " and weight ", weight.sizes(), " must be [N, H] and [V, H]");
+  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == h.size(0) && labels.scalar_type() == at::kLong,
+              "chunked_cross_entropy: labels must be int64 [", h.size(0), "], got ", labels.scalar_type(), " ",
+              labels.sizes());
+  TORCH_CHECK(chunk_tokens > 0, "chunked_cross_entropy: chunk_tokens must be positive, got ", chunk_tokens);
+  const auto bad = (labels != kIgnoreIndex).logical_and((labels < 0).logical_or(labels >= weight.size(0)));
+  TORCH_CHECK(!bad.any().item<bool>(), "chunked_cross_entropy: a label is outside [0, ", weight.size(0),
+              ") and is not the ignore index ", kIgnoreIndex, " (the dataset and the model disagree on the vocabulary)");
+  return ChunkedCrossEntropyFunction::apply(h, weight, labels, chunk_tokens);
+}
+
+}  // namespace qtrain::ops

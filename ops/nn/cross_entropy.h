@@ -1,0 +1,27 @@
+// Cross-entropy of a language-model head, computed in chunks of tokens so that the float32
+// logits of all tokens ([tokens, vocab], 1 GiB for 2048 tokens of a 128k vocabulary) never exist
+// at once. Backward recomputes each chunk's logits instead of saving them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+namespace qtrain::ops {
+
+inline constexpr int64_t kIgnoreIndex = -100;
+
+// h: [N, H] final hidden states; weight: [V, H] the output head; labels: int64 [N], kIgnoreIndex
+// for tokens that are not predicted. Returns the float32 SUM of the token losses (log-softmax in
+// float32 over logits computed in h's dtype, as transformers does); gradients flow to h and, if
+// it requires grad, to weight. Divide by the number of predicted tokens for the mean.
+at::Tensor chunked_cross_entropy_sum(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& labels,
+                                     int64_t chunk_tokens = 1024);
+
+struct ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight,
+                            const at::Tensor& labels, int64_t chunk_tokens);
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out);
+};
+
+}  // namespace qtrain::ops

@@ -1,0 +1,35 @@
+// Rotary position embeddings in Hugging Face's convention: "rotate_half" over the two halves of
+// the head dimension (GPT-NeoX style), not interleaved pairs. See shared/reference/
+// hf-architectures.md §2.1.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace qtrain::ops {
+
+// The frequency scalings qtrain supports (transformers' rope types).
+struct RopeScaling {
+  std::string type = "default";  // default | linear | llama3
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                   // llama3
+  double high_freq_factor = 4.0;                  // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+// inv_freq[j] = 1 / theta^(2j / dim), j < dim/2, float32, then scaled by `scaling`.
+at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& scaling);
+
+struct RopeTables {
+  at::Tensor cos;  // [T, dim] in the activation dtype
+  at::Tensor sin;  // [T, dim]
+};
+// positions: int64 [T]. Angles in float32, cos/sin cast to `dtype` (as transformers does).
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
+
+// x: [B, heads, T, dim]; tables for the same T. Returns x * cos + rotate_half(x) * sin.
+at::Tensor rope_apply(const at::Tensor& x, const RopeTables& tables);
+
+}  // namespace qtrain::ops

@@ -1,0 +1,125 @@
+// Parity with transformers (+ peft, + bitsandbytes on the CPU) on tiny random models of every
+// supported architecture: logits and loss of the base in float32, NF4 and INT8, and with a PEFT
+// adapter also the gradient of every LoRA tensor. References: scripts/reference/model_reference.py.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "engine/io/peft_adapter.h"
+#include "engine/lora/attach.h"
+#include "engine/model/causal_lm.h"
+#include "engine/schedule/layer_scheduler.h"
+#include "tests/reference.h"
+
+namespace qtrain::engine {
+namespace {
+
+using model::QuantSpec;
+
+struct Case {
+  std::string arch;
+  std::string quant;  // fp32 | nf4 | int8
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.arch << "/" << c.quant; }
+};
+
+QuantSpec spec(const std::string& quant, bool training) {
+  QuantSpec s;
+  if (quant == "nf4") {
+    s.kind = QuantSpec::Kind::nf4;
+    s.double_quant = true;
+  } else if (quant == "int8") {
+    s.kind = QuantSpec::Kind::int8;
+    // transformers evaluates Linear8bitLt through MatMul8bitLt (int8 matmul, threshold 6) and, on
+    // the CPU, trains through MatMul8bitFp (dequantize + float matmul).
+    s.int8_compute = training ? ops::Int8Compute::dequantize : ops::Int8Compute::llm_int8;
+    s.int8_threshold = 6.0;
+  }
+  return s;
+}
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+// Tolerances, float32 throughout. Both sides run the same float32 ops on the same weights (the
+// quantized bytes are identical, tests/ops/quant), so they differ only by summation order in
+// matmuls and attention: ~1e-6 relative. The LoRA gradients pass backward through three
+// layers and softmax: 1e-4 of the largest gradient.
+// INT8 evaluation (LLM.int8() with outlier decomposition) is compared twice. bitsandbytes' CPU
+// backend rescales the int8 product by 6.200124e-05, a typo of 1/127^2 = 6.2000124e-05 (1.8e-5
+// relative); qtrain uses the exact constant, as bitsandbytes' CUDA kernel does. Against
+// bitsandbytes with the constant corrected ("int8_exact", see model_reference.py) the usual
+// float32 tolerance holds. Against bitsandbytes as shipped, each layer's output differs by
+// ~2e-5, and the next layer's int8 quantization of its input turns that into one-code flips
+// (1/127 of a row's absmax) that add up over the layers: ~1% on these small random models.
+double logits_tol(const std::string& quant) {
+  return quant == "int8" ? 3e-2 : 2e-5;
+}
+
+class ModelParity : public testing::TestWithParam<Case> {};
+
+TEST_P(ModelParity, LogitsAndLossMatchTransformers) {
+  const auto& [arch, quant] = GetParam();
+  const auto dir = test::model_fixture(arch);
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  const auto folder = io::HfFolder::open(dir / "base");
+  auto lm = model::CausalLM::load(folder, {spec(quant, false), at::kFloat, at::kCPU});
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_eval();
+  const auto ids = ref.tensor("ids");
+  const auto logits = lm.logits(scheduler.eval_hidden(plan, ids));
+  EXPECT_LT(max_rel(logits, ref.tensor(quant + ".logits")), logits_tol(quant)) << arch << " " << quant;
+  const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
+  EXPECT_EQ(tokens, 39);  // 2 x 23 predicted positions, minus labels 1..4 of row 0 and the last 3 of row 1
+  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor(quant + ".loss").item<double>(),
+              quant == "int8" ? 5e-3 : 2e-6);
+  if (quant == "int8") {
+    EXPECT_LT(max_rel(logits, ref.tensor("int8_exact.logits")), 2e-5) << arch;
+    EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("int8_exact.loss").item<double>(), 2e-6) << arch;
+  }
+}
+
+TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
+  const auto& [arch, quant] = GetParam();
+  const auto dir = test::model_fixture(arch);
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {spec(quant, true), at::kFloat, at::kCPU});
+  lora::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
+  schedule::LayerScheduler scheduler(lm);
+  const auto ids = ref.tensor("ids");
+  const auto p = quant + ".lora.";
+  {
+    const auto eval = scheduler.prepare_eval();
+    EXPECT_LT(max_rel(lm.logits(scheduler.eval_hidden(eval, ids)), ref.tensor(p + "logits")), 2e-5) << arch;
+  }
+  const auto plan = scheduler.prepare_training(schedule::CheckpointPolicy::none);
+  const auto [sum, tokens] = scheduler.train_forward(plan, ids, ref.tensor("labels"));
+  const auto loss = sum / tokens;
+  EXPECT_NEAR(loss.item<double>(), ref.tensor(p + "loss").item<double>(), 2e-6) << arch << " " << quant;
+  loss.backward();
+  int64_t compared = 0;
+  for (const auto& [module, adapter] : lora::lora_adapters(lm)) {
+    for (auto [name, tensor] : {std::pair{".lora_A", adapter.a}, std::pair{".lora_B", adapter.b}}) {
+      const auto expected = ref.tensor(p + "grad." + module + name);
+      ASSERT_TRUE(tensor.grad().defined()) << module << name;
+      EXPECT_LT(max_rel(tensor.grad(), expected), 1e-4) << arch << " " << quant << " " << module << name;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 3 * 7 * 2);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"}) {
+    for (const char* quant : {"fp32", "nf4", "int8"}) out.push_back({arch, quant});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, ModelParity, testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<Case>& info) {
+                           return info.param.arch + "_" + info.param.quant;
+                         });
+
+}  // namespace
+}  // namespace qtrain::engine

@@ -1,0 +1,98 @@
+// ops/nn against plain ATen references: chunked cross-entropy (value and gradients, any chunk
+// size, ignored labels), causal attention with and without a sliding window, RMSNorm, RoPE.
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "ops/nn/attention.h"
+#include "ops/nn/cross_entropy.h"
+#include "ops/nn/rms_norm.h"
+#include "ops/nn/rope.h"
+#include "tests/expect_error.h"
+
+namespace qtrain::ops {
+namespace {
+
+TEST(CrossEntropy, ChunkedSumEqualsFullCrossEntropyAndGradients) {
+  at::manual_seed(0);
+  const auto labels = at::randint(0, 50, {37}, at::kLong);
+  labels.narrow(0, 3, 4).fill_(kIgnoreIndex);
+  for (int64_t chunk : {1, 5, 16, 37, 1000}) {
+    auto h = at::randn({37, 12}).requires_grad_(true);
+    auto w = at::randn({50, 12}).requires_grad_(true);
+    auto sum = chunked_cross_entropy_sum(h, w, labels, chunk);
+    auto h_ref = h.detach().clone().requires_grad_(true);
+    auto w_ref = w.detach().clone().requires_grad_(true);
+    auto ref = at::cross_entropy_loss(at::matmul(h_ref, w_ref.t()), labels, {}, at::Reduction::Sum, kIgnoreIndex);
+    EXPECT_NEAR(sum.item<double>(), ref.item<double>(), 1e-4) << "chunk " << chunk;
+    (sum * 0.5).backward();
+    (ref * 0.5).backward();
+    EXPECT_TRUE(at::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-6)) << "chunk " << chunk;
+    EXPECT_TRUE(at::allclose(w.grad(), w_ref.grad(), 1e-5, 1e-6)) << "chunk " << chunk;
+    EXPECT_TRUE(at::equal(h.grad().narrow(0, 3, 4), at::zeros({4, 12}))) << "ignored tokens get no gradient";
+  }
+}
+
+TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
+  const auto h = at::randn({4, 8});
+  const auto w = at::randn({10, 8});
+  test::expect_error([&] { chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 10, 3}, at::kLong)); },
+                     "a label is outside [0, 10) and is not the ignore index -100");
+  test::expect_error([&] { chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 3}, at::kLong)); },
+                     "labels must be int64 [4]");
+}
+
+at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t groups = q.size(1) / k.size(1);
+  auto kr = k.repeat_interleave(groups, 1), vr = v.repeat_interleave(groups, 1);
+  auto scores = at::matmul(q, kr.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(-1)));
+  const int64_t t = q.size(2);
+  auto i = at::arange(t).unsqueeze(1), j = at::arange(t).unsqueeze(0);
+  auto visible = (j <= i).logical_and(i - j < window);
+  scores = scores.masked_fill(visible.logical_not(), -INFINITY);
+  return at::matmul(at::softmax(scores, -1), vr);
+}
+
+TEST(Attention, CausalGqaAndSlidingWindowMatchAManualSoftmax) {
+  at::manual_seed(1);
+  const auto q = at::randn({2, 4, 11, 8}), k = at::randn({2, 2, 11, 8}), v = at::randn({2, 2, 11, 8});
+  EXPECT_TRUE(at::allclose(causal_attention(q, k, v), reference_attention(q, k, v, 1 << 20), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 3), reference_attention(q, k, v, 3), 1e-5, 1e-6));
+  // A window at least the sequence length is plain causal attention.
+  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 11), causal_attention(q, k, v), 1e-6, 1e-7));
+  test::expect_error([&] { causal_attention(q, at::randn({2, 3, 11, 8}), at::randn({2, 3, 11, 8})); },
+                     "4 query heads are not a multiple of 3 key/value heads");
+}
+
+TEST(RmsNorm, NormalisesInFloat32ThenMultipliesInTheInputDtype) {
+  const auto x = at::randn({3, 16}).to(at::kBFloat16);
+  const auto w = at::rand({16});
+  const auto xf = x.to(at::kFloat);
+  const auto expected = w.to(at::kBFloat16) * (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(rms_norm(x, w, 1e-6), expected));
+}
+
+TEST(Rope, RotatesHalvesAndLlama3ScalingKeepsHighFrequencies) {
+  const auto inv = rope_inv_freq(8, 10000.0, {});
+  EXPECT_NEAR(inv[1].item<double>(), 1.0 / std::pow(10000.0, 2.0 / 8), 1e-7);
+  RopeScaling s;
+  s.type = "llama3";
+  s.factor = 8;
+  s.original_max_position_embeddings = 64;
+  const auto scaled = rope_inv_freq(64, 500000.0, s);
+  const auto plain = rope_inv_freq(64, 500000.0, {});
+  EXPECT_EQ(scaled[0].item<float>(), plain[0].item<float>());                        // short wavelength: kept
+  EXPECT_NEAR(scaled[31].item<double>(), plain[31].item<double>() / 8, 1e-12);        // long wavelength: / factor
+  // Position 0 is the identity; a rotation keeps each (i, i + d/2) pair's norm.
+  const auto x = at::randn({1, 1, 3, 8});
+  const auto t = rope_tables(inv, at::arange(3, at::kLong), at::kFloat);
+  const auto y = rope_apply(x, t);
+  EXPECT_TRUE(at::allclose(y.select(2, 0), x.select(2, 0)));
+  auto pair_norm = [](const at::Tensor& a) { return a.narrow(-1, 0, 4).pow(2) + a.narrow(-1, 4, 4).pow(2); };
+  EXPECT_TRUE(at::allclose(pair_norm(y), pair_norm(x), 1e-5, 1e-6));
+  test::expect_error([] { rope_inv_freq(8, 1e4, RopeScaling{"yarn"}); }, "rope_scaling type 'yarn' is not supported");
+}
+
+}  // namespace
+}  // namespace qtrain::ops
