@@ -5,12 +5,18 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include "apps/eval_command.h"
+#include "apps/init_model_command.h"
 #include "apps/quant_report.h"
+#include "apps/quantize_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qtrain: LoRA fine-tuning on a frozen quantized base (NF4/FP4/INT8), on libtorch"};
   app.require_subcommand(1);
+  qtrain::apps::add_eval_command(app);
+  qtrain::apps::add_init_model_command(app);
   qtrain::apps::add_quant_report_command(app);
+  qtrain::apps::add_quantize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

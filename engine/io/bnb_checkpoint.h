@@ -46,7 +46,7 @@ ops::Packed4bit read_bnb_4bit(const HfFolder& folder, const std::string& weight_
 // order (the weight, then as_dict(packed=True)); the JSON blob has the bytes of Python's
 // json.dumps. A bias, if any, is the caller's to add.
 std::vector<std::pair<std::string, at::Tensor>> bnb_4bit_tensors(const std::string& weight_name,
-                                                                  const ops::Packed4bit& q);
+                                                                 const ops::Packed4bit& q);
 
 // Python's repr(float(x)) (the shortest string that round-trips, in Python's choice of fixed or
 // exponent notation), which json.dumps writes for floats. Non-finite values are an error: JSON
@@ -68,15 +68,15 @@ ops::Int8Weight read_bnb_int8(const HfFolder& folder, const std::string& weight_
 // weight (int8 CB), SCB (float32 [out]) and weight_format (uint8 scalar 0), keyed as
 // Linear8bitLt's state_dict keys them.
 std::vector<std::pair<std::string, at::Tensor>> bnb_int8_tensors(const std::string& weight_name,
-                                                                  const ops::Int8Weight& w);
+                                                                 const ops::Int8Weight& w);
 
 // --- config.json "quantization_config" -----------------------------------------------------
 
 struct BnbQuantization {
-  int bits = 4;  // 4 (load_in_4bit) or 8 (load_in_8bit)
-  ops::QuantType quant_type = ops::QuantType::nf4;   // bnb_4bit_quant_type
-  bool double_quant = true;                          // bnb_4bit_use_double_quant
-  at::ScalarType compute_dtype = at::kFloat;         // bnb_4bit_compute_dtype
+  int bits = 4;                                     // 4 (load_in_4bit) or 8 (load_in_8bit)
+  ops::QuantType quant_type = ops::QuantType::nf4;  // bnb_4bit_quant_type
+  bool double_quant = true;                         // bnb_4bit_use_double_quant
+  at::ScalarType compute_dtype = at::kFloat;        // bnb_4bit_compute_dtype
   double llm_int8_threshold = 6.0;
   // Modules left in floating point; nullopt writes null (transformers then keeps lm_head).
   std::optional<std::vector<std::string>> skip_modules;

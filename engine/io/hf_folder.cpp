@@ -34,7 +34,8 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
-nlohmann::json parse_json_file(const std::filesystem::path& path, const nlohmann::json::parser_callback_t& callback = nullptr) {
+nlohmann::json parse_json_file(const std::filesystem::path& path,
+                               const nlohmann::json::parser_callback_t& callback = nullptr) {
   const std::string text = read_text(path);
   try {
     return nlohmann::json::parse(text, callback);
@@ -86,8 +87,11 @@ void write_text_atomic(const std::filesystem::path& path, std::string_view text)
     TORCH_CHECK(false, "cannot rename ", tmp.string(), " to ", path.string(), ": ", std::strerror(err));
   }
   const Fd dir(::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  TORCH_CHECK(dir.fd >= 0 && ::fsync(dir.fd) == 0, path.string(), " was written, but flushing its directory failed (",
-              std::strerror(errno), "); a crash now could lose the rename");
+  TORCH_CHECK(dir.fd >= 0 && ::fsync(dir.fd) == 0,
+              path.string(),
+              " was written, but flushing its directory failed (",
+              std::strerror(errno),
+              "); a crash now could lose the rename");
 }
 
 std::string dump_json(const nlohmann::json& value, const std::filesystem::path& path) {
@@ -111,7 +115,8 @@ bool is_shard_name(const std::string& name) {
 
 std::string no_weights_message(const std::filesystem::path& dir) {
   std::string message = dir.string() + " has no " + kSingleFile + " and no " + kIndexFile;
-  if (std::filesystem::exists(dir / "pytorch_model.bin") || std::filesystem::exists(dir / "pytorch_model.bin.index.json")) {
+  if (std::filesystem::exists(dir / "pytorch_model.bin") ||
+      std::filesystem::exists(dir / "pytorch_model.bin.index.json")) {
     return message +
            "; it holds pickled PyTorch weights (pytorch_model.bin), which qtrain does not read. Convert them with "
            "transformers: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir) writes safetensors";
@@ -122,17 +127,22 @@ std::string no_weights_message(const std::filesystem::path& dir) {
 }  // namespace
 
 HfFolder HfFolder::open(const std::filesystem::path& dir) {
-  TORCH_CHECK(std::filesystem::is_directory(dir), dir.string(),
+  TORCH_CHECK(std::filesystem::is_directory(dir),
+              dir.string(),
               " is not a directory; expected a Hugging Face model folder (config.json + *.safetensors)");
   HfFolder folder;
   folder.dir_ = dir;
 
   const std::filesystem::path config_path = dir / kConfigFile;
-  TORCH_CHECK(std::filesystem::exists(config_path), config_path.string(),
+  TORCH_CHECK(std::filesystem::exists(config_path),
+              config_path.string(),
               " does not exist; a Hugging Face model folder needs its config.json (download it with the weights)");
   folder.config_ = parse_json_file(config_path);
-  TORCH_CHECK(folder.config_.is_object(), config_path.string(), ": expected a JSON object, got a ",
-              folder.config_.type_name(), "; the file is not a model config");
+  TORCH_CHECK(folder.config_.is_object(),
+              config_path.string(),
+              ": expected a JSON object, got a ",
+              folder.config_.type_name(),
+              "; the file is not a model config");
 
   const std::filesystem::path single = dir / kSingleFile;
   const std::filesystem::path index_path = dir / kIndexFile;
@@ -155,7 +165,10 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
       section = parsed.get<std::string>();
     } else if (event == Event::key && depth == 2 && section == "weight_map") {
       const auto& key = parsed.get_ref<const std::string&>();
-      TORCH_CHECK(listed.insert(key).second, where, ": the tensor '", key,
+      TORCH_CHECK(listed.insert(key).second,
+                  where,
+                  ": the tensor '",
+                  key,
                   "' is listed twice in the weight_map; each tensor belongs to exactly one shard, remove the extra "
                   "entry");
     }
@@ -164,7 +177,8 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
   const nlohmann::json index = parse_json_file(index_path, check_duplicates);
   TORCH_CHECK(index.is_object(), where, ": expected a JSON object with \"weight_map\", got a ", index.type_name());
   const auto map_it = index.find("weight_map");
-  TORCH_CHECK(map_it != index.end() && map_it->is_object(), where,
+  TORCH_CHECK(map_it != index.end() && map_it->is_object(),
+              where,
               ": no \"weight_map\" object (tensor name -> shard file); the index is incomplete, download it again");
   if (const auto meta = index.find("metadata"); meta != index.end()) {
     TORCH_CHECK(meta->is_object(), where, ": \"metadata\" must be an object, got ", meta->dump());
@@ -176,20 +190,35 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
   // the missing-shard message.
   std::map<std::string, std::string> first_tensor;
   for (const auto& [name, shard] : weight_map.items()) {
-    TORCH_CHECK(shard.is_string(), where, ": weight_map entry for '", name, "' is ", shard.dump(),
+    TORCH_CHECK(shard.is_string(),
+                where,
+                ": weight_map entry for '",
+                name,
+                "' is ",
+                shard.dump(),
                 "; it must be the file name of a shard");
     const auto& file = shard.get_ref<const std::string&>();
     // Plain file names only: an index must not point outside its folder.
-    TORCH_CHECK(!file.empty() && file != "." && file != ".." && std::filesystem::path(file).filename() == file, where,
-                ": weight_map puts '", name, "' in '", file,
+    TORCH_CHECK(!file.empty() && file != "." && file != ".." && std::filesystem::path(file).filename() == file,
+                where,
+                ": weight_map puts '",
+                name,
+                "' in '",
+                file,
                 "', which is not a plain file name; shards must lie in the folder itself");
     first_tensor.emplace(file, name);
   }
   std::map<std::string, size_t> shard_index;
   for (const auto& [file, example] : first_tensor) {
     const std::filesystem::path path = dir / file;
-    TORCH_CHECK(std::filesystem::exists(path), where, ": shard '", file, "' (which holds '", example,
-                "', among others) is missing from ", dir.string(),
+    TORCH_CHECK(std::filesystem::exists(path),
+                where,
+                ": shard '",
+                file,
+                "' (which holds '",
+                example,
+                "', among others) is missing from ",
+                dir.string(),
                 "; download it again, or re-save the model so that the index matches its shards");
     shard_index.emplace(file, folder.files_.size());
     folder.files_.push_back(SafetensorsFile::open(path));
@@ -197,20 +226,41 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
   for (const auto& [file, i] : shard_index) {
     for (const TensorInfo& t : folder.files_[i].tensors()) {
       const auto [it, inserted] = folder.where_.emplace(t.name, i);
-      TORCH_CHECK(inserted, where, ": the tensor '", t.name, "' is in two shards, ",
-                  folder.files_[it->second].path().filename().string(), " and ", file,
+      TORCH_CHECK(inserted,
+                  where,
+                  ": the tensor '",
+                  t.name,
+                  "' is in two shards, ",
+                  folder.files_[it->second].path().filename().string(),
+                  " and ",
+                  file,
                   "; a tensor must be in exactly one. The shards come from different saves: download them again");
       const auto listed_it = weight_map.find(t.name);
-      TORCH_CHECK(listed_it != weight_map.end(), where, ": shard '", file, "' holds the tensor '", t.name,
+      TORCH_CHECK(listed_it != weight_map.end(),
+                  where,
+                  ": shard '",
+                  file,
+                  "' holds the tensor '",
+                  t.name,
                   "', which the weight_map does not list; the index and the shards come from different saves, "
                   "download them again");
-      TORCH_CHECK(listed_it->get_ref<const std::string&>() == file, where, ": the weight_map puts '", t.name, "' in '",
-                  listed_it->get_ref<const std::string&>(), "', but it is in '", file,
+      TORCH_CHECK(listed_it->get_ref<const std::string&>() == file,
+                  where,
+                  ": the weight_map puts '",
+                  t.name,
+                  "' in '",
+                  listed_it->get_ref<const std::string&>(),
+                  "', but it is in '",
+                  file,
                   "'; the index and the shards come from different saves, download them again");
     }
   }
   for (const auto& [name, shard] : weight_map.items()) {
-    TORCH_CHECK(folder.where_.contains(name), where, ": the weight_map puts the tensor '", name, "' in '",
+    TORCH_CHECK(folder.where_.contains(name),
+                where,
+                ": the weight_map puts the tensor '",
+                name,
+                "' in '",
                 shard.get_ref<const std::string&>(),
                 "', but that shard does not hold it; the index and the shards come from different saves, "
                 "download them again");
@@ -228,7 +278,12 @@ std::vector<std::string> HfFolder::tensor_names() const {
 
 const SafetensorsFile& HfFolder::file_of(const std::string& name) const {
   const auto it = where_.find(name);
-  TORCH_CHECK(it != where_.end(), dir_.string(), ": the model has no tensor '", name, "' (it has ", where_.size(),
+  TORCH_CHECK(it != where_.end(),
+              dir_.string(),
+              ": the model has no tensor '",
+              name,
+              "' (it has ",
+              where_.size(),
               " tensors); check the name against the checkpoint's tensor names");
   return files_[it->second];
 }
@@ -253,13 +308,23 @@ void save_hf_folder(const std::filesystem::path& dir,
                     const nlohmann::json& config,
                     const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                     int64_t max_shard_bytes) {
-  TORCH_CHECK(max_shard_bytes > 0, "save_hf_folder(", dir.string(), "): max_shard_bytes must be positive, got ",
+  TORCH_CHECK(max_shard_bytes > 0,
+              "save_hf_folder(",
+              dir.string(),
+              "): max_shard_bytes must be positive, got ",
               max_shard_bytes);
-  TORCH_CHECK(config.is_object(), "save_hf_folder(", dir.string(), "): the config must be a JSON object, got a ",
+  TORCH_CHECK(config.is_object(),
+              "save_hf_folder(",
+              dir.string(),
+              "): the config must be a JSON object, got a ",
               config.type_name());
   std::set<std::string_view> names;
   for (const auto& [name, tensor] : tensors) {
-    TORCH_CHECK(names.insert(name).second, "save_hf_folder(", dir.string(), "): the tensor '", name,
+    TORCH_CHECK(names.insert(name).second,
+                "save_hf_folder(",
+                dir.string(),
+                "): the tensor '",
+                name,
                 "' is given twice; names must be unique");
     TORCH_CHECK(tensor.defined(), "save_hf_folder(", dir.string(), "): the tensor '", name, "' is undefined");
   }
@@ -320,8 +385,14 @@ void save_hf_folder(const std::filesystem::path& dir,
   }
   for (const auto& path : stale) {
     std::filesystem::remove(path, ec);
-    TORCH_CHECK(!ec, "save_hf_folder: wrote ", dir.string(), " but cannot remove the stale weight file ",
-                path.string(), " of an earlier save (", ec.message(), "); delete it by hand");
+    TORCH_CHECK(!ec,
+                "save_hf_folder: wrote ",
+                dir.string(),
+                " but cannot remove the stale weight file ",
+                path.string(),
+                " of an earlier save (",
+                ec.message(),
+                "); delete it by hand");
   }
 }
 

@@ -32,8 +32,7 @@ constexpr std::string_view kSuffixA = ".lora_A.weight";
 constexpr std::string_view kSuffixB = ".lora_B.weight";
 
 // What an existing adapter folder may hold; it is replaced as a whole (see save_peft_adapter).
-const std::set<std::string> kAdapterFolderFiles = {
-    kPeftConfigFile, kPeftWeightsFile, "adapter_model.bin", "README.md"};
+const std::set<std::string> kAdapterFolderFiles = {kPeftConfigFile, kPeftWeightsFile, "adapter_model.bin", "README.md"};
 
 // --- writing ---------------------------------------------------------------------------------
 
@@ -152,13 +151,13 @@ void check_module_for_save(const std::string& where,
                            const std::string& module,
                            const lora::LoraAdapter& adapter,
                            const lora::LoraConfig& config) {
-  TORCH_CHECK(!module.empty() && !module.starts_with('.') && !module.ends_with('.') &&
-                  module.find("..") == std::string::npos,
-              where,
-              ": '",
-              module,
-              "' is not a module path; adapters are keyed by Hugging Face module paths such as "
-              "model.layers.0.self_attn.q_proj");
+  TORCH_CHECK(
+      !module.empty() && !module.starts_with('.') && !module.ends_with('.') && module.find("..") == std::string::npos,
+      where,
+      ": '",
+      module,
+      "' is not a module path; adapters are keyed by Hugging Face module paths such as "
+      "model.layers.0.self_attn.q_proj");
   TORCH_CHECK(config.targets(module),
               where,
               ": module '",
@@ -347,11 +346,8 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     }
   }
   if (const json* base = find("base_model_name_or_path"); base != nullptr && !base->is_null()) {
-    TORCH_CHECK(base->is_string(),
-                where,
-                ": \"base_model_name_or_path\" is ",
-                base->dump(),
-                "; it must be a string or null");
+    TORCH_CHECK(
+        base->is_string(), where, ": \"base_model_name_or_path\" is ", base->dump(), "; it must be a string or null");
     base_model = base->get<std::string>();
   }
   config.validate(where);

@@ -40,9 +40,8 @@ struct LoraConfig {
       return false;
     }
     const auto ends_with_component = [&](const std::string& entry) {
-      return module_path == entry ||
-             (module_path.size() > entry.size() && module_path.ends_with(entry) &&
-              module_path[module_path.size() - entry.size() - 1] == '.');
+      return module_path == entry || (module_path.size() > entry.size() && module_path.ends_with(entry) &&
+                                      module_path[module_path.size() - entry.size() - 1] == '.');
     };
     if (target_all_linear && !ends_with_component("lm_head")) {
       return true;

@@ -32,11 +32,8 @@ void check_adapter(const LoraAdapter& adapter) {
 
 }  // namespace
 
-LoraAdapter lora_init(int64_t in_features,
-                      int64_t out_features,
-                      const LoraConfig& config,
-                      at::Generator gen,
-                      at::Device device) {
+LoraAdapter lora_init(
+    int64_t in_features, int64_t out_features, const LoraConfig& config, at::Generator gen, at::Device device) {
   config.validate("LoRA config");
   TORCH_CHECK(in_features > 0 && out_features > 0,
               "lora_init: layer sizes in=",
@@ -55,11 +52,8 @@ LoraAdapter lora_init(int64_t in_features,
                      .dropout = config.dropout};
 }
 
-LoraAdapter lora_init(int64_t in_features,
-                      int64_t out_features,
-                      const LoraConfig& config,
-                      uint64_t seed,
-                      at::Device device) {
+LoraAdapter lora_init(
+    int64_t in_features, int64_t out_features, const LoraConfig& config, uint64_t seed, at::Device device) {
   return lora_init(in_features, out_features, config, at::make_generator<at::CPUGeneratorImpl>(seed), device);
 }
 

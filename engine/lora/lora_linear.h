@@ -55,11 +55,8 @@ LoraAdapter lora_init(int64_t in_features,
                       at::Generator gen,
                       at::Device device = at::kCPU);
 // Same, from a fresh CPU generator seeded with `seed`.
-LoraAdapter lora_init(int64_t in_features,
-                      int64_t out_features,
-                      const LoraConfig& config,
-                      uint64_t seed,
-                      at::Device device = at::kCPU);
+LoraAdapter lora_init(
+    int64_t in_features, int64_t out_features, const LoraConfig& config, uint64_t seed, at::Device device = at::kCPU);
 
 // x: [..., in] in the compute dtype -> [..., out] in x's dtype:
 //     (linear(linear(dropout(x.to(A.dtype)), A), B) * scaling).to(x.dtype)

@@ -35,7 +35,8 @@ struct Loader {
     const auto weight_name = module + ".weight";
     const auto bias = has_bias ? std::optional<at::Tensor>(plain(module + ".bias")) : optional_plain(module + ".bias");
     if (io::is_bnb_4bit(folder, weight_name)) {
-      return LinearLayer::from_weight(module, io::read_bnb_4bit(folder, weight_name), bias, options.quant);
+      return LinearLayer::from_weight(module, io::read_bnb_4bit(folder, weight_name).to(options.device), bias,
+                                      options.quant);
     }
     if (io::is_bnb_int8(folder, weight_name)) {
       return LinearLayer::from_weight(module, io::read_bnb_int8(folder, weight_name).to(options.device), bias,

@@ -204,6 +204,19 @@ int64_t Packed4bit::blocks() const {
   return ceil_div(numel(), blocksize);
 }
 
+Packed4bit Packed4bit::to(const at::Device& device) const {
+  Packed4bit q = *this;
+  q.packed = packed.to(device);
+  if (nested) {
+    q.nested->qabsmax = nested->qabsmax.to(device);
+    q.nested->absmax2 = nested->absmax2.to(device);
+    q.nested->code = nested->code.to(device);
+  } else {
+    q.absmax = absmax.to(device);
+  }
+  return q;
+}
+
 int64_t Packed4bit::nbytes() const {
   int64_t bytes = packed.nbytes();
   if (nested) {

@@ -44,6 +44,8 @@ struct Packed4bit {
 
   int64_t numel() const;
   int64_t blocks() const;
+  // The same quantized tensor with every part on `device` (a copy unless already there).
+  Packed4bit to(const at::Device& device) const;
   // Bytes held by the quantized form (packed codes + absmax or nested absmax).
   int64_t nbytes() const;
   // Checks that every tensor has the dtype, size and device the layout requires; the message

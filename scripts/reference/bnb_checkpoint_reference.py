@@ -81,7 +81,7 @@ def make_quantized(d):
 
 def bits_equal(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+        a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 
 def folder_tensors(path):

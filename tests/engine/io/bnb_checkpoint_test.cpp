@@ -353,34 +353,37 @@ TEST_F(BnbCheckpointTest, RejectsBadQuantStateBlobs) {
   };
   const std::string where = "model.safetensors: '" + key + "': ";
   expect_error([&] { read_bnb_4bit(with_blob("a", "{\"quant_type\": "), "layer.weight"); }, where + "not valid JSON");
-  expect_error([&] { read_bnb_4bit(with_blob("b", replaced("\"dtype\": \"float32\"", "\"dtype\": \"float64\"")),
-                                   "layer.weight"); },
-               where + "dtype \"float64\" is not supported");
+  expect_error(
+      [&] {
+        read_bnb_4bit(with_blob("b", replaced("\"dtype\": \"float32\"", "\"dtype\": \"float64\"")), "layer.weight");
+      },
+      where + "dtype \"float64\" is not supported");
   expect_error([&] { read_bnb_4bit(with_blob("c", replaced("[8, 64]", "[8, 66]")), "layer.weight"); },
                "'layer.weight' holds 256 bytes of packed 4-bit codes, but its quant_state shape [8, 66] (528 "
                "elements) needs 264");
-  expect_error([&] { read_bnb_4bit(with_blob("d", replaced("\"blocksize\": 64", "\"blocksize\": 48")),
-                                   "layer.weight"); },
-               where + "blocksize 48 is not a bitsandbytes 4-bit blocksize");
+  expect_error(
+      [&] { read_bnb_4bit(with_blob("d", replaced("\"blocksize\": 64", "\"blocksize\": 48")), "layer.weight"); },
+      where + "blocksize 48 is not a bitsandbytes 4-bit blocksize");
   expect_error([&] { read_bnb_4bit(with_blob("e", replaced("{", "{\"extra\": 1, ")), "layer.weight"); },
                where + "unknown field \"extra\"");
-  expect_error([&] { read_bnb_4bit(with_blob("f", replaced("\"quant_type\": \"nf4\"", "\"quant_type\": \"fp4\"")),
-                                   "layer.weight"); },
-               where + "quant_type is \"fp4\" but the key says \"nf4\"");
-  expect_error([&] { read_bnb_4bit(with_blob("g", replaced(", \"nested_dtype\": \"float32\"", "")),
-                                   "layer.weight"); },
+  expect_error(
+      [&] {
+        read_bnb_4bit(with_blob("f", replaced("\"quant_type\": \"nf4\"", "\"quant_type\": \"fp4\"")), "layer.weight");
+      },
+      where + "quant_type is \"fp4\" but the key says \"nf4\"");
+  expect_error([&] { read_bnb_4bit(with_blob("g", replaced(", \"nested_dtype\": \"float32\"", "")), "layer.weight"); },
                where + "nested_blocksize, nested_dtype and nested_offset must be all present");
 }
 
 TEST_F(BnbCheckpointTest, RejectsMissingOrMistypedStateTensors) {
   const ops::Packed4bit q = ops::quantize_4bit(irregular({8, 64}, at::kFloat, 9), QuantType::nf4, 64, true);
-  expect_error([&] { read_bnb_4bit(folder_with(edited(q, "layer.weight.nested_absmax", at::Tensor()), "a"),
-                                   "layer.weight"); },
-               "has no tensor 'layer.weight.nested_absmax' (float32 absmax of the absmax codes");
-  expect_error([&] { read_bnb_4bit(folder_with(edited(q, "layer.weight.absmax", at::ones({8})), "b"),
-                                   "layer.weight"); },
-               "'layer.weight.absmax' is Float [8] but must be Byte with 8 elements (uint8 codes of the "
-               "double-quantized absmax");
+  expect_error(
+      [&] { read_bnb_4bit(folder_with(edited(q, "layer.weight.nested_absmax", at::Tensor()), "a"), "layer.weight"); },
+      "has no tensor 'layer.weight.nested_absmax' (float32 absmax of the absmax codes");
+  expect_error(
+      [&] { read_bnb_4bit(folder_with(edited(q, "layer.weight.absmax", at::ones({8})), "b"), "layer.weight"); },
+      "'layer.weight.absmax' is Float [8] but must be Byte with 8 elements (uint8 codes of the "
+      "double-quantized absmax");
   expect_error([&] { read_bnb_4bit(folder_with(edited(q, "layer.weight", at::Tensor()), "c"), "layer.weight"); },
                "'layer.weight.quant_state.bitsandbytes__nf4' exists but its packed weight 'layer.weight' does not");
 }
@@ -423,13 +426,14 @@ TEST_F(BnbCheckpointTest, Int8RejectsMissingScbAndTiledFormats) {
                "model.safetensors: 'proj.weight' (expected its SCB at 'proj.SCB'): int8 weight has no SCB (row "
                "absmax). SCB cannot be recovered from the int8 codes");
 
-  const HfFolder tiled = folder_with({tensors[0], tensors[1], {"proj.weight_format", at::full({}, 2, at::kByte)}},
-                                     "tiled");
+  const HfFolder tiled =
+      folder_with({tensors[0], tensors[1], {"proj.weight_format", at::full({}, 2, at::kByte)}}, "tiled");
   expect_error([&] { read_bnb_int8(tiled, "proj.weight"); },
                "model.safetensors: 'proj.weight_format' is 2 (\"col_turing\"), but only 0 (\"row\") is a portable "
                "layout");
   const HfFolder bad_scb = folder_with({tensors[0], {"proj.SCB", at::ones({15})}}, "bad_scb");
-  expect_error([&] { read_bnb_int8(bad_scb, "proj.weight"); }, "'proj.weight': SCB must be float32 [16], got Float [15]");
+  expect_error([&] { read_bnb_int8(bad_scb, "proj.weight"); },
+               "'proj.weight': SCB must be float32 [16], got Float [15]");
   expect_error([&] { read_bnb_int8(tiled, "proj.SCB"); }, "'proj.SCB' is not the weight of a module");
 }
 
@@ -470,21 +474,30 @@ TEST_F(BnbCheckpointTest, QuantizationConfigIsTransformers) {
   EXPECT_EQ(old.compute_dtype, at::kBFloat16);
   EXPECT_EQ(old.llm_int8_threshold, 6.0);
 
-  expect_error([] { parse_bnb_quantization_config({{"quant_method", "gptq"}}, "m/config.json"); },
-               "m/config.json: quantization_config.quant_method is \"gptq\"; qtrain loads bitsandbytes");
-  expect_error([] { parse_bnb_quantization_config({{"quant_method", "bitsandbytes"}}, "c"); },
-               "has load_in_4bit = 0 and load_in_8bit = 0; exactly one of them must be true");
-  expect_error([] {
-    parse_bnb_quantization_config({{"quant_method", "bitsandbytes"}, {"load_in_4bit", true},
-                                   {"bnb_4bit_quant_type", "int4"}}, "c");
-  }, "c: quantization_config.bnb_4bit_quant_type is \"int4\"");
+  expect_error(
+      [] {
+        parse_bnb_quantization_config({{"quant_method", "gptq"}}, "m/config.json");
+      },
+      "m/config.json: quantization_config.quant_method is \"gptq\"; qtrain loads bitsandbytes");
+  expect_error(
+      [] {
+        parse_bnb_quantization_config({{"quant_method", "bitsandbytes"}}, "c");
+      },
+      "has load_in_4bit = 0 and load_in_8bit = 0; exactly one of them must be true");
+  expect_error(
+      [] {
+        parse_bnb_quantization_config(
+            {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}, {"bnb_4bit_quant_type", "int4"}}, "c");
+      },
+      "c: quantization_config.bnb_4bit_quant_type is \"int4\"");
 }
 
 // --- interop with transformers + bitsandbytes ------------------------------------------------
 
 fs::path reference_script() {
   const char* root = std::getenv("QTRAIN_SOURCE_DIR");
-  const fs::path repo = root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  const fs::path repo =
+      root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
   return repo / "scripts" / "reference" / "bnb_checkpoint_reference.py";
 }
 
@@ -528,7 +541,8 @@ TEST_F(BnbCheckpointInteropTest, ReadsTransformersCheckpoints) {
     bool nested;
     at::ScalarType compute_dtype;
   };
-  for (const Case& c : {Case{"nf4", QuantType::nf4, true, at::kFloat}, Case{"fp4", QuantType::fp4, false, at::kBFloat16}}) {
+  for (const Case& c :
+       {Case{"nf4", QuantType::nf4, true, at::kFloat}, Case{"fp4", QuantType::fp4, false, at::kBFloat16}}) {
     SCOPED_TRACE(c.name);
     const HfFolder folder = HfFolder::open(dir_ / c.name);
     const nlohmann::json& config = folder.config().at("quantization_config");

@@ -151,8 +151,11 @@ TEST_F(HfFolderTest, SingleFileRoundTrip) {
 }
 
 TEST_F(HfFolderTest, ConfigJsonIsWrittenLikeTransformers) {
-  save_hf_folder(dir_, {{"vocab_size", 128}, {"architectures", {"LlamaForCausalLM"}}, {"rms_norm_eps", 1e-6},
-                        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}},
+  save_hf_folder(dir_,
+                 {{"vocab_size", 128},
+                  {"architectures", {"LlamaForCausalLM"}},
+                  {"rms_norm_eps", 1e-6},
+                  {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}},
                  small_tensors());
   // json.dumps(indent=2, sort_keys=True) + "\n"
   EXPECT_EQ(read_text(dir_ / "config.json"),
@@ -176,8 +179,10 @@ TEST_F(HfFolderTest, ShardsFollowHuggingfaceHubSplit) {
   tensors[4].second = at::arange(300, at::kFloat);  // 1200 bytes
   save_hf_folder(dir_, {{"model_type", "llama"}}, tensors, 1000);
   EXPECT_EQ(sorted_files(dir_),
-            (std::vector<std::string>{"config.json", "model-00001-of-00003.safetensors",
-                                      "model-00002-of-00003.safetensors", "model-00003-of-00003.safetensors",
+            (std::vector<std::string>{"config.json",
+                                      "model-00001-of-00003.safetensors",
+                                      "model-00002-of-00003.safetensors",
+                                      "model-00003-of-00003.safetensors",
                                       "model.safetensors.index.json"}));
   const auto names_in = [&](const std::string& file) {
     std::vector<std::string> names;
@@ -229,8 +234,10 @@ TEST_F(HfFolderTest, ResavingRemovesWeightFilesOfEarlierSaves) {
   save_hf_folder(dir_, {{"a", 1}}, small_tensors(), 1000);  // 3 shards
   save_hf_folder(dir_, {{"a", 2}}, small_tensors(), 1600);  // 2 shards
   EXPECT_EQ(sorted_files(dir_),
-            (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
-                                      "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+            (std::vector<std::string>{"config.json",
+                                      "model-00001-of-00002.safetensors",
+                                      "model-00002-of-00002.safetensors",
+                                      "model.safetensors.index.json",
                                       "tokenizer.json"}));
   save_hf_folder(dir_, {{"a", 3}}, small_tensors());  // single file
   EXPECT_EQ(sorted_files(dir_), (std::vector<std::string>{"config.json", "model.safetensors", "tokenizer.json"}));
@@ -279,7 +286,8 @@ TEST_F(HfFolderTest, RejectsFolderWithoutWeights) {
   write_text(dir_ / "config.json", "{}");
   expect_error([&] { HfFolder::open(dir_); }, "has no model.safetensors and no model.safetensors.index.json");
   write_text(dir_ / "pytorch_model.bin", "");
-  expect_error([&] { HfFolder::open(dir_); }, "pickled PyTorch weights (pytorch_model.bin), which qtrain does not read");
+  expect_error([&] { HfFolder::open(dir_); },
+               "pickled PyTorch weights (pytorch_model.bin), which qtrain does not read");
 }
 
 TEST_F(HfFolderTest, RejectsMissingShard) {
@@ -361,7 +369,8 @@ TEST_F(HfFolderTest, UnknownTensorNamesTheFolder) {
 
 fs::path reference_script() {
   const char* root = std::getenv("QTRAIN_SOURCE_DIR");
-  const fs::path repo = root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  const fs::path repo =
+      root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
   return repo / "scripts" / "reference" / "bnb_checkpoint_reference.py";
 }
 

@@ -42,16 +42,46 @@ using test::expect_error;
 
 // The keys of a LoRA adapter_config.json as peft 0.21.2 writes it.
 const std::set<std::string> kPeftConfigKeys = {
-    "alora_invocation_tokens", "alpha_pattern",       "arrow_config",        "auto_mapping",
-    "base_model_name_or_path", "bias",                "corda_config",        "ensure_weight_tying",
-    "eva_config",              "exclude_modules",     "fan_in_fan_out",      "inference_mode",
-    "init_lora_weights",       "kasa_config",         "layer_replication",   "layers_pattern",
-    "layers_to_transform",     "loftq_config",        "lora_alpha",          "lora_bias",
-    "lora_dropout",            "lora_ga_config",      "megatron_config",     "megatron_core",
-    "modules_to_save",         "monteclora_config",   "peft_type",           "peft_version",
-    "qalora_group_size",       "r",                   "rank_pattern",        "revision",
-    "target_modules",          "target_parameters",   "task_type",           "trainable_token_indices",
-    "use_bdlora",              "use_dora",            "use_qalora",          "use_rslora",
+    "alora_invocation_tokens",
+    "alpha_pattern",
+    "arrow_config",
+    "auto_mapping",
+    "base_model_name_or_path",
+    "bias",
+    "corda_config",
+    "ensure_weight_tying",
+    "eva_config",
+    "exclude_modules",
+    "fan_in_fan_out",
+    "inference_mode",
+    "init_lora_weights",
+    "kasa_config",
+    "layer_replication",
+    "layers_pattern",
+    "layers_to_transform",
+    "loftq_config",
+    "lora_alpha",
+    "lora_bias",
+    "lora_dropout",
+    "lora_ga_config",
+    "megatron_config",
+    "megatron_core",
+    "modules_to_save",
+    "monteclora_config",
+    "peft_type",
+    "peft_version",
+    "qalora_group_size",
+    "r",
+    "rank_pattern",
+    "revision",
+    "target_modules",
+    "target_parameters",
+    "task_type",
+    "trainable_token_indices",
+    "use_bdlora",
+    "use_dora",
+    "use_qalora",
+    "use_rslora",
     "velora_config",
 };
 
@@ -359,7 +389,9 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "'" + q0 + ".lora_A.weight' has shape [4, 64] but ",
        weights_name},
       {"b_shape_mismatch",
-       [&](const fs::path& d) { rewrite_tensors(d, {q0 + ".lora_B.weight"}, {{q0 + ".lora_B.weight", at::zeros({64, 3})}}); },
+       [&](const fs::path& d) {
+         rewrite_tensors(d, {q0 + ".lora_B.weight"}, {{q0 + ".lora_B.weight", at::zeros({64, 3})}});
+       },
        "'" + q0 + ".lora_B.weight' has shape [64, 3] but ",
        weights_name},
       {"use_dora",
@@ -367,11 +399,15 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "\"use_dora\" is true, which needs DoRA (weight-decomposed LoRA): not supported",
        config_name},
       {"rank_pattern",
-       edit_config([](json& j) { j["rank_pattern"] = {{"q_proj", 8}}; }),
+       edit_config([](json& j) {
+         j["rank_pattern"] = {{"q_proj", 8}};
+       }),
        "\"rank_pattern\" is {\"q_proj\":8}, which needs per-module ranks: not supported",
        config_name},
       {"alpha_pattern",
-       edit_config([](json& j) { j["alpha_pattern"] = {{"v_proj", 32}}; }),
+       edit_config([](json& j) {
+         j["alpha_pattern"] = {{"v_proj", 32}};
+       }),
        "\"alpha_pattern\" is {\"v_proj\":32}, which needs per-module alphas: not supported",
        config_name},
       {"modules_to_save",
@@ -410,10 +446,7 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        edit_config([](json& j) { j.erase("r"); }),
        "\"r\" is missing; it must be the LoRA rank, an integer",
        config_name},
-      {"zero_r",
-       edit_config([](json& j) { j["r"] = 0; }),
-       "LoRA rank r is 0; it must be at least 1",
-       config_name},
+      {"zero_r", edit_config([](json& j) { j["r"] = 0; }), "LoRA rank r is 0; it must be at least 1", config_name},
       {"regex_targets",
        edit_config([](json& j) { j["target_modules"] = ".*\\.(q|v)_proj"; }),
        "\"target_modules\" is the regular expression \".*\\\\.(q|v)_proj\", which is not supported; write it as a "
@@ -424,11 +457,15 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "has weights for module 'model.layers.0.self_attn.v_proj', but \"target_modules\" in ",
        weights_name},
       {"bad_prefix",
-       [&](const fs::path& d) { rewrite_tensors(d, {}, {{"model.layers.0.self_attn.k_proj.lora_A.weight", at::zeros({4, 64})}}); },
+       [&](const fs::path& d) {
+         rewrite_tensors(d, {}, {{"model.layers.0.self_attn.k_proj.lora_A.weight", at::zeros({4, 64})}});
+       },
        "tensor 'model.layers.0.self_attn.k_proj.lora_A.weight' does not start with \"base_model.model.\"",
        weights_name},
       {"dora_magnitude",
-       [&](const fs::path& d) { rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}}); },
+       [&](const fs::path& d) {
+         rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}});
+       },
        "tensor '" + q0 + ".lora_magnitude_vector' is not a lora_A.weight or lora_B.weight",
        weights_name},
       {"int_weights",
@@ -446,9 +483,7 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "has no adapter_config.json; point at the folder that PeftModel.save_pretrained (or qtrain) wrote",
        ""},
       {"bin_only",
-       [&](const fs::path& d) {
-         fs::rename(d / weights_name, d / "adapter_model.bin");
-       },
+       [&](const fs::path& d) { fs::rename(d / weights_name, d / "adapter_model.bin"); },
        "holds adapter_model.bin but no adapter_model.safetensors; qtrain reads safetensors only",
        ""},
   };

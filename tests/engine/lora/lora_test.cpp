@@ -61,15 +61,15 @@ TEST(LoraConfigTest, TargetMatchingFollowsPeftRules) {
     bool expected;
   };
   const Case cases[] = {
-      {"model.layers.0.self_attn.q_proj", true},   // ends with "." + entry
-      {"q_proj", true},                            // equals the entry
-      {"model.layers.0.self_attn.xq_proj", false}, // a suffix, but not a whole component
+      {"model.layers.0.self_attn.q_proj", true},    // ends with "." + entry
+      {"q_proj", true},                             // equals the entry
+      {"model.layers.0.self_attn.xq_proj", false},  // a suffix, but not a whole component
       {"model.layers.0.self_attn.q_proj.lora", false},
-      {"model.layers.0.mlp.down_proj", true},      // dotted entries match dotted suffixes
+      {"model.layers.0.mlp.down_proj", true},  // dotted entries match dotted suffixes
       {"model.layers.0.down_proj", false},
       {"model.layers.0.xmlp.down_proj", false},
       {"mlp.down_proj", true},
-      {"model.layers.1.self_attn.o_proj", true},   // a full path matches itself
+      {"model.layers.1.self_attn.o_proj", true},  // a full path matches itself
       {"model.layers.0.self_attn.o_proj", false},
       {"model.layers.0.self_attn.k_proj", false},
       {"", false},
@@ -95,7 +95,8 @@ TEST(LoraConfigTest, AllLinearTargetsEveryLinearButTheHead) {
 
 TEST(LoraConfigTest, ValidationNamesTheValueAndTheFix) {
   const std::string where = "configs/run.yaml";
-  expect_error([&] { config_with(0, 16).validate(where); }, "configs/run.yaml: LoRA rank r is 0; it must be at least 1");
+  expect_error([&] { config_with(0, 16).validate(where); },
+               "configs/run.yaml: LoRA rank r is 0; it must be at least 1");
   expect_error([&] { config_with(-4, 16).validate(where); }, "LoRA rank r is -4");
   expect_error([&] { config_with(8, 0).validate(where); }, "lora_alpha is 0; it must be a positive number");
   expect_error([&] { config_with(8, NAN).validate(where); }, "lora_alpha is nan");
@@ -255,9 +256,12 @@ TEST(LoraDeltaTest, DropoutOnlyInTrainingAndReplayableFromTheDefaultGenerator) {
 
 TEST(LoraDeltaTest, RejectsMismatchedInput) {
   const LoraAdapter ad = lora_init(64, 32, config_with(8, 16), 1);
-  expect_error([&] { lora_delta(at::randn({3, 63}), ad, false); },
-               "lora_delta: input has shape [3, 63] but the adapter's A is [8, 64]; the last input dimension "
-               "must be in_features = 64");
+  expect_error(
+      [&] {
+        lora_delta(at::randn({3, 63}), ad, false);
+      },
+      "lora_delta: input has shape [3, 63] but the adapter's A is [8, 64]; the last input dimension "
+      "must be in_features = 64");
   LoraAdapter bad = ad;
   bad.b = at::zeros({32, 4});
   expect_error([&] { lora_delta(at::randn({3, 64}), bad, false); }, "LoRA adapter shapes do not fit");
@@ -285,8 +289,11 @@ TEST(LoraMergeTest, Bf16BaseIsRoundedOnceAfterTheFp32Add) {
   EXPECT_EQ(merged.scalar_type(), at::kBFloat16);
   const at::Tensor delta = at::matmul(ad.b.detach(), ad.a.detach()) * ad.scaling;
   EXPECT_TRUE(at::equal(merged, (w.to(at::kFloat) + delta).to(at::kBFloat16)));
-  expect_error([&] { lora_merged_weight(at::zeros({48, 40}), ad); },
-               "lora_merged_weight: base weight has shape [48, 40] but the adapter is for [out, in] = [40, 48]");
+  expect_error(
+      [&] {
+        lora_merged_weight(at::zeros({48, 40}), ad);
+      },
+      "lora_merged_weight: base weight has shape [48, 40] but the adapter is for [out, in] = [40, 48]");
 }
 
 }  // namespace

@@ -1,6 +1,11 @@
 // Parity with transformers (+ peft, + bitsandbytes on the CPU) on tiny random models of every
 // supported architecture: logits and loss of the base in float32, NF4 and INT8, and with a PEFT
 // adapter also the gradient of every LoRA tensor. References: scripts/reference/model_reference.py.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -106,6 +111,40 @@ TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
     }
   }
   EXPECT_EQ(compared, 3 * 7 * 2);
+}
+
+TEST(AdapterInterop, AnAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
+  const char* python = std::getenv("QTRAIN_PYTHON");
+  if (python == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto dir = test::model_fixture("qwen2");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  lora::LoraConfig config;
+  config.r = 8;
+  config.alpha = 16;
+  config.use_rslora = true;
+  config.target_modules = {"q_proj", "v_proj", "down_proj"};
+  EXPECT_EQ(lora::attach_new_lora(lm, config, 3), 3 * 3);
+  {
+    at::NoGradGuard no_grad;
+    at::manual_seed(4);
+    for (auto& [name, a] : lora::lora_adapters(lm)) a.b.normal_(0, 0.1);
+  }
+  const auto tmp = std::filesystem::temp_directory_path() / ("qtrain_adapter_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  io::save_peft_adapter(tmp / "adapter", config, lora::lora_adapters(lm), (dir / "base").string());
+  io::safetensors_save(tmp / "ids.safetensors", {{"ids", ref.tensor("ids")}});
+  const auto cmd = std::string(python) + " " + (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() +
+                   " " + (dir / "base").string() + " " + (tmp / "adapter").string() + " " +
+                   (tmp / "ids.safetensors").string() + " " + (tmp / "peft.safetensors").string() + " 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  schedule::LayerScheduler scheduler(lm);
+  const auto logits = lm.logits(scheduler.eval_hidden(scheduler.prepare_eval(), ref.tensor("ids")));
+  const auto peft_logits = io::SafetensorsFile::open(tmp / "peft.safetensors").tensor("logits");
+  // The adapter must matter (B is non-zero), and peft must apply it exactly as qtrain does.
+  EXPECT_GT(max_rel(logits, ref.tensor("fp32.logits")), 1e-3);
+  EXPECT_LT(max_rel(logits, peft_logits), 2e-5);
+  std::filesystem::remove_all(tmp);
 }
 
 std::vector<Case> cases() {

@@ -1,0 +1,43 @@
+// See init_model_command.h.
+#include "apps/init_model_command.h"
+
+#include <cstdio>
+
+#include "engine/model/init_model.h"
+
+namespace qtrain::apps {
+namespace {
+
+struct Options {
+  std::string arch = "llama";
+  std::string preset = "tiny";
+  std::string out;
+  uint64_t seed = 0;
+  std::string dtype = "fp32";
+};
+
+void run(const Options& o) {
+  using namespace engine::model;
+  const auto config = preset_config(architecture_from_name(o.arch), o.preset);
+  const auto dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  std::fprintf(stderr, "init-model: %s %s (%lld layers, hidden %lld, vocab %lld), seed %llu -> %s\n", o.arch.c_str(),
+               o.preset.c_str(), static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
+               static_cast<long long>(config.vocab_size), static_cast<unsigned long long>(o.seed), o.out.c_str());
+  write_random_model(o.out, config, o.seed, dtype);
+  std::printf("%s\n", o.out.c_str());
+}
+
+}  // namespace
+
+void add_init_model_command(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand("init-model", "Write a random Hugging Face model folder (config.json + safetensors)");
+  cmd->add_option("--arch", o->arch, "llama, mistral, qwen2 or qwen3")->capture_default_str();
+  cmd->add_option("--preset", o->preset, "tiny, small or llama3-8b")->capture_default_str();
+  cmd->add_option("--out", o->out, "output folder")->required();
+  cmd->add_option("--seed", o->seed, "random seed of the weights")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace qtrain::apps

@@ -1,0 +1,58 @@
+// See model_setup.h.
+#include "engine/config/model_setup.h"
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+
+namespace qtrain::engine::config {
+
+at::Device resolve_device(const std::string& device) {
+  if (device == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  at::Device d(device);
+  TORCH_CHECK(d.is_cpu() || d.is_cuda(), "device '", device, "' is not supported; use auto, cpu, cuda or cuda:N");
+  TORCH_CHECK(!d.is_cuda() || at::hasCUDA(), "device '", device,
+              "' was asked for but no CUDA device is available; use device: cpu or auto");
+  return d;
+}
+
+at::ScalarType compute_dtype(const RunConfig& config, const at::Device& device) {
+  if (config.fp16) return at::kHalf;
+  if (config.bf16 == Bf16::on) return at::kBFloat16;
+  if (config.bf16 == Bf16::automatic && device.is_cuda()) return at::kBFloat16;
+  return at::kFloat;
+}
+
+model::QuantSpec quant_spec(const RunConfig& config) {
+  model::QuantSpec q;
+  if (config.load_in_4bit) {
+    q.kind = config.bnb_4bit_quant_type == "fp4" ? model::QuantSpec::Kind::fp4 : model::QuantSpec::Kind::nf4;
+    q.blocksize = config.bnb_4bit_blocksize;
+    q.double_quant = config.bnb_4bit_use_double_quant;
+  } else if (config.load_in_8bit) {
+    q.kind = model::QuantSpec::Kind::int8;
+  }
+  q.int8_threshold = config.llm_int8_threshold;
+  q.int8_compute = config.int8_compute == "llm_int8" ? ops::Int8Compute::llm_int8 : ops::Int8Compute::dequantize;
+  return q;
+}
+
+model::LoadOptions load_options(const RunConfig& config) {
+  model::LoadOptions o;
+  o.device = resolve_device(config.device);
+  o.dtype = compute_dtype(config, o.device);
+  o.quant = quant_spec(config);
+  return o;
+}
+
+lora::LoraConfig lora_config(const RunConfig& config) {
+  lora::LoraConfig c;
+  c.r = config.lora_r;
+  c.alpha = config.lora_alpha;
+  c.dropout = config.lora_dropout;
+  c.target_modules = config.lora_target_modules;
+  c.target_all_linear = config.lora_target_linear;
+  c.use_rslora = config.peft_use_rslora;
+  return c;
+}
+
+}  // namespace qtrain::engine::config

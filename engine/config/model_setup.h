@@ -1,0 +1,22 @@
+// What a run config means for the model: where it computes, in which dtype, how its base is
+// quantized, and which LoRA adapters it gets. Shared by every command that loads a model.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "engine/config/run_config.h"
+#include "engine/lora/lora_config.h"
+#include "engine/model/causal_lm.h"
+
+namespace qtrain::engine::config {
+
+// "auto": CUDA when a device is present, else the CPU; "cpu", "cuda", "cuda:N".
+at::Device resolve_device(const std::string& device);
+// bf16 / fp16 / float32 from the config; bf16 "auto" means bf16 on CUDA, float32 on the CPU.
+at::ScalarType compute_dtype(const RunConfig& config, const at::Device& device);
+model::QuantSpec quant_spec(const RunConfig& config);
+model::LoadOptions load_options(const RunConfig& config);
+lora::LoraConfig lora_config(const RunConfig& config);
+
+}  // namespace qtrain::engine::config

@@ -1,0 +1,1111 @@
+// See run_config.h. Reading goes in three passes: collect the top-level keys of the file and of
+// the --set arguments (classifying each as known, unsupported-axolotl or unknown, and remembering
+// where it was written), read each known key with its type and range, then check the
+// combinations. Every message has the form `<place>: <key>: <problem>; <fix>`.
+#include "engine/config/run_config.h"
+
+#include <c10/util/Exception.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+namespace qtrain::engine::config {
+namespace {
+
+namespace fs = std::filesystem;
+
+// --- the key lists ---------------------------------------------------------------------------
+
+// The keys of RunConfig, in the order of the header, the docs and to_yaml.
+const std::vector<std::string> kKeys = {
+    "base_model",
+    "load_in_4bit",
+    "load_in_8bit",
+    "bnb_4bit_quant_type",
+    "bnb_4bit_use_double_quant",
+    "bnb_4bit_blocksize",
+    "llm_int8_threshold",
+    "int8_compute",
+    "adapter",
+    "lora_r",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_target_modules",
+    "lora_target_linear",
+    "peft_use_rslora",
+    "lora_model_dir",
+    "datasets",
+    "sequence_len",
+    "sample_packing",
+    "train_on_inputs",
+    "val_set_size",
+    "micro_batch_size",
+    "gradient_accumulation_steps",
+    "num_epochs",
+    "max_steps",
+    "learning_rate",
+    "lr_scheduler",
+    "warmup_steps",
+    "warmup_ratio",
+    "optimizer",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "weight_decay",
+    "max_grad_norm",
+    "gradient_checkpointing",
+    "gradient_checkpointing_every_k",
+    "bf16",
+    "fp16",
+    "device",
+    "output_dir",
+    "save_steps",
+    "save_total_limit",
+    "logging_steps",
+    "eval_steps",
+    "seed",
+    "resume_from_checkpoint",
+    "use_tensorboard",
+};
+
+// axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
+// were written at the top level.
+constexpr const char* kBnbKwargs = "bnb_config_kwargs";
+const std::vector<std::string> kBnbKwargsKeys = {"bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
+
+const std::vector<std::string> kDatasetKeys = {"path", "type", "field"};
+
+struct Unsupported {
+  const char* key;
+  const char* fix;
+};
+
+// Note [Recognised axolotl keys]
+// axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
+// such a value is accepted: it asks for nothing. Any other value asks for a feature qtrain does
+// not have, and is refused by name instead of being dropped, since dropping it would train
+// something other than what the config says.
+const std::vector<Unsupported> kUnsupported = {
+    {"deepspeed", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
+    {"fsdp", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
+    {"fsdp_config", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
+    {"flash_attention", "qtrain chooses its attention kernel itself; remove the key"},
+    {"sdp_attention", "qtrain chooses its attention kernel itself; remove the key"},
+    {"xformers_attention", "qtrain chooses its attention kernel itself; remove the key"},
+    {"s2_attention", "shifted-sparse attention is not implemented; remove the key"},
+    {"attn_implementation", "qtrain chooses its attention kernel itself; remove the key"},
+    {"model_type", "qtrain reads the architecture from base_model's config.json; remove the key"},
+    {"tokenizer_type", "qtrain reads the tokenizer from base_model's folder; remove the key"},
+    {"trust_remote_code", "qtrain runs no model code from the model folder; remove the key"},
+    {"gptq", "GPTQ bases are not supported; use a float base with load_in_4bit or load_in_8bit"},
+    {"quantize_moe_experts", "quantizing fused MoE experts is not supported; remove the key"},
+    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"special_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
+    {"tokens", "adding tokens (resizing the embeddings) is not supported; remove the key"},
+    {"eot_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
+    {"lora_modules_to_save", "only LoRA adapters are trained; modules cannot be trained in full"},
+    {"lora_fan_in_fan_out", "no supported model stores its weights transposed; remove the key"},
+    {"lora_target_parameters", "LoRA on raw parameters is not supported; target modules with lora_target_modules"},
+    {"lora_mlp_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
+    {"lora_qkv_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
+    {"lora_o_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
+    {"relora_steps", "ReLoRA is not supported; remove the key"},
+    {"loraplus_lr_ratio", "LoRA+ is not supported (A and B share learning_rate); remove the key"},
+    {"peft_use_dora", "DoRA is not supported; use plain LoRA (optionally peft_use_rslora: true)"},
+    {"unfrozen_parameters", "only LoRA adapters are trained, the base stays frozen; remove the key"},
+    {"gradient_checkpointing_kwargs", "qtrain's checkpointing has no such options; remove the key"},
+    {"activation_offloading", "activation offloading is not supported; remove the key"},
+    {"tf32", "remove the key"},
+    {"torch_compile", "qtrain is compiled C++, there is nothing to torch.compile; remove the key"},
+    {"dataset_prepared_path", "qtrain keeps no cache of tokenized data; remove the key"},
+    {"eval_sample_packing", "qtrain has no separate packing setting for evaluation; remove the key"},
+    {"pad_to_sequence_len", "padding every sample to sequence_len is not supported; remove the key"},
+    {"group_by_length", "grouping samples by length is not supported; remove the key"},
+    {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
+    {"saves_per_epoch", "use save_steps"},
+    {"evals_per_epoch", "use eval_steps"},
+    {"save_strategy", "use save_steps"},
+    {"save_safetensors", "qtrain always writes safetensors; remove the key"},
+    {"auto_resume_from_checkpoints", "use resume_from_checkpoint: true"},
+    {"early_stopping_patience", "early stopping is not supported; remove the key"},
+    {"wandb_project", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"wandb_entity", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"wandb_name", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"wandb_watch", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"wandb_log_model", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"wandb_run_id", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"use_mlflow", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+    {"hub_model_id", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
+    {"hub_strategy", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
+    {"push_to_hub", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
+    {"push_dataset_to_hub", "qtrain does not upload; remove the key"},
+    {"rl", "only supervised fine-tuning is supported (no DPO, ORPO, KTO, GRPO); remove the key"},
+    {"dpo_beta", "only supervised fine-tuning is supported (no DPO, ORPO, KTO, GRPO); remove the key"},
+    {"plugins", "axolotl plugins do not apply to qtrain; remove the key"},
+    {"local_rank", "ranks come from the launcher, not from the config; remove the key"},
+    {"debug", "remove the key"},
+    {"strict", "remove the key"},
+};
+
+// Keys of a `datasets` entry that axolotl has and qtrain refuses; see Note [Recognised axolotl keys].
+const std::vector<Unsupported> kUnsupportedDatasetKeys = {
+    {"split", "qtrain reads the whole local file; remove the key"},
+    {"name", "qtrain reads local files, not Hub dataset configurations; remove the key"},
+    {"data_files", "give the file itself as path"},
+    {"ds_type", "qtrain reads local files; remove the key"},
+    {"shards", "qtrain reads the whole local file; remove the key"},
+    {"field_messages", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"message_property_mappings", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"roles_to_train", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"train_on_eos", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+};
+
+const Unsupported* find_unsupported(const std::vector<Unsupported>& table, const std::string& key) {
+  for (const Unsupported& u : table) {
+    if (key == u.key) {
+      return &u;
+    }
+  }
+  return nullptr;
+}
+
+// --- places and messages ---------------------------------------------------------------------
+
+// Where a value was written: a place in the file, or a --set argument. A --set value is YAML the
+// user typed on one line, so its own line:col would mislead; the argument itself is named.
+class Origin {
+ public:
+  static Origin file(const std::string& source) { return Origin(source, ""); }
+  static Origin set_argument(const std::string& argument) { return Origin("", argument); }
+
+  bool is_set_argument() const { return !argument_.empty(); }
+  // The file (or the argument) as a whole.
+  std::string whole() const { return is_set_argument() ? "--set " + argument_ : source_; }
+  // yaml-cpp's marks are 0-based; editors count from 1.
+  std::string at(const YAML::Mark& mark) const {
+    if (is_set_argument() || mark.line < 0) {
+      return whole();
+    }
+    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  }
+
+ private:
+  Origin(std::string source, std::string argument) : source_(std::move(source)), argument_(std::move(argument)) {}
+  std::string source_;
+  std::string argument_;
+};
+
+[[noreturn]] void fail(const std::string& place, const std::string& key, const std::string& message) {
+  TORCH_CHECK(false, place, ": ", key, ": ", message);
+  std::abort();  // not reached; TORCH_CHECK(false, ...) throws
+}
+
+// One `key: value` pair and where it was written.
+struct Entry {
+  std::string key;  // as the user wrote it, e.g. "datasets[0].type" or "bnb_config_kwargs.llm_int8_threshold"
+  YAML::Node key_node;
+  YAML::Node value;
+  Origin origin = Origin::file("");
+
+  std::string key_place() const { return origin.at(key_node.Mark()); }
+  // A null value has the mark of the token after it; the key is the better place.
+  std::string value_place() const { return value.IsNull() ? key_place() : origin.at(value.Mark()); }
+  [[noreturn]] void fail_value(const std::string& message) const { fail(value_place(), key, message); }
+};
+
+// How a value looks in a message: scalars quoted as written, other nodes by kind.
+std::string shown(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a map";
+    default: return "nothing";
+  }
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) {
+    row[j] = j;
+  }
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The closest candidate within max(2, len/3) edits; the first in list order wins a tie.
+std::optional<std::string> nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
+  std::optional<std::string> best;
+  size_t best_distance = limit + 1;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string unknown_key_message(const std::string& key, const std::vector<std::string>& candidates) {
+  const auto suggestion = nearest(key, candidates);
+  if (suggestion) {
+    return "unknown key '" + key + "'; did you mean '" + *suggestion + "'?";
+  }
+  return "unknown key '" + key + "'; the keys are listed in docs/CONFIG.md";
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i == 0 ? "" : separator) + items[i];
+  }
+  return out;
+}
+
+// --- scalars ---------------------------------------------------------------------------------
+
+// The YAML 1.1 booleans, as PyYAML (and so axolotl) reads them.
+std::optional<bool> parse_bool(const std::string& s) {
+  static const std::set<std::string> yes = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const std::set<std::string> no = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  if (yes.contains(s)) {
+    return true;
+  }
+  if (no.contains(s)) {
+    return false;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (end - begin >= 2 && *begin == '+' && begin[1] != '-') {
+    ++begin;
+  }
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (ec != std::errc() || ptr != end || begin == end) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// Decimal and exponent forms, including `2e-4`, which PyYAML leaves a string but axolotl (through
+// pydantic) reads as a number. Infinities and NaN are refused.
+std::optional<double> parse_double(const std::string& s) {
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (end - begin >= 2 && *begin == '+' && begin[1] != '-') {
+    ++begin;
+  }
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v, std::chars_format::general);
+  if (ec != std::errc() || ptr != end || begin == end || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+// The shortest text that reads back to the same double.
+std::string format_double(double v) {
+  char buffer[64];
+  const auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  TORCH_INTERNAL_ASSERT(ec == std::errc());
+  return std::string(buffer, ptr);
+}
+
+// A value that asks for nothing: see Note [Recognised axolotl keys].
+bool is_off(const YAML::Node& v) {
+  if (v.IsNull()) {
+    return true;
+  }
+  if (v.IsScalar()) {
+    return v.Scalar().empty() || parse_bool(v.Scalar()) == false;
+  }
+  return v.size() == 0;
+}
+
+// A value below lo (or at an open lo) or above hi (or at an open hi) is out of range.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false;
+  bool hi_open = false;
+
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  std::string problem(const std::string& value) const {
+    if (std::isinf(hi)) {
+      return value + " must be " + (lo_open ? "> " : ">= ") + format_double(lo);
+    }
+    return value + " is outside " + (lo_open ? "(" : "[") + format_double(lo) + ", " + format_double(hi) +
+           (hi_open ? ")" : "]");
+  }
+};
+
+Range at_least(double lo) { return Range{.lo = lo}; }
+Range above(double lo) { return Range{.lo = lo, .lo_open = true}; }
+Range unit_interval_open() { return Range{.lo = 0, .hi = 1, .hi_open = true}; }
+
+// --- collecting entries ----------------------------------------------------------------------
+
+// The pairs of a map, keys checked to be scalars and distinct.
+std::vector<Entry> map_entries(const YAML::Node& map, const Origin& origin, const std::string& prefix) {
+  std::vector<Entry> out;
+  std::map<std::string, YAML::Mark> seen;
+  // By value: yaml-cpp's iterator hands out its pairs as temporaries.
+  for (const auto& pair : map) {
+    const YAML::Node key = pair.first;
+    if (!key.IsScalar()) {
+      fail(origin.at(key.Mark()),
+           prefix.empty() ? "(key)" : prefix,
+           "a key must be a plain name, got " + shown(key) + "; write `name: value`");
+    }
+    const std::string name = key.Scalar();
+    const auto [previous, inserted] = seen.emplace(name, key.Mark());
+    if (!inserted) {
+      fail(origin.at(key.Mark()),
+           prefix + name,
+           "duplicate key (first at " + origin.at(previous->second) + "); keep one of them");
+    }
+    out.push_back(Entry{prefix + name, key, pair.second, origin});
+  }
+  return out;
+}
+
+// The top-level entries by key. A --set entry replaces whatever was there; within the file, a key
+// written twice (also once at the top and once in bnb_config_kwargs) is an error.
+class EntrySet {
+ public:
+  void add(const std::string& key, Entry entry) {
+    const auto it = entries_.find(key);
+    if (it != entries_.end() && !entry.origin.is_set_argument()) {
+      fail(entry.key_place(),
+           entry.key,
+           "duplicate key (first as " + it->second.key + " at " + it->second.key_place() + "); keep one of them");
+    }
+    entries_.insert_or_assign(key, std::move(entry));
+  }
+
+  // Classifies one top-level pair (see Note [Recognised axolotl keys]).
+  void add_top_level(Entry entry) {
+    const std::string key = entry.key;  // a copy: `entry` is moved below
+    if (std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end()) {
+      add(key, std::move(entry));
+    } else if (key == kBnbKwargs) {
+      add_bnb_kwargs(entry);
+    } else if (const Unsupported* u = find_unsupported(kUnsupported, key)) {
+      if (!is_off(entry.value)) {
+        fail(entry.key_place(), key, "axolotl key '" + key + "' is not supported by qtrain; " + u->fix);
+      }
+    } else {
+      std::vector<std::string> candidates = kKeys;
+      candidates.push_back(kBnbKwargs);
+      fail(entry.key_place(), key, unknown_key_message(key, candidates));
+    }
+  }
+
+  std::map<std::string, Entry>& entries() { return entries_; }
+
+ private:
+  void add_bnb_kwargs(const Entry& entry) {
+    if (entry.value.IsNull()) {
+      return;
+    }
+    if (!entry.value.IsMap()) {
+      entry.fail_value("expected a map, got " + shown(entry.value) +
+                       "; write e.g. bnb_config_kwargs: {bnb_4bit_quant_type: nf4}");
+    }
+    for (Entry inner : map_entries(entry.value, entry.origin, std::string(kBnbKwargs) + ".")) {
+      const std::string name = inner.key.substr(std::string(kBnbKwargs).size() + 1);
+      if (std::find(kBnbKwargsKeys.begin(), kBnbKwargsKeys.end(), name) != kBnbKwargsKeys.end()) {
+        add(name, std::move(inner));
+      } else if (name == "llm_int8_has_fp16_weight" && is_off(inner.value)) {
+        // bitsandbytes' default, and what qtrain does: the float weights are not kept.
+      } else {
+        fail(inner.key_place(),
+             inner.key,
+             "qtrain reads only " + join(kBnbKwargsKeys, ", ") + " from " + kBnbKwargs +
+                 "; remove the key (the compute dtype follows bf16/fp16)");
+      }
+    }
+  }
+
+  std::map<std::string, Entry> entries_;
+};
+
+// "key=value" from the command line, its value parsed as YAML.
+Entry parse_override(const std::string& argument) {
+  const size_t eq = argument.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    TORCH_CHECK(false,
+                "--set ",
+                argument,
+                ": expected key=value, got '",
+                argument,
+                "'; write e.g. --set lora_r=16 or --set lora_target_modules=[q_proj,v_proj]");
+  }
+  const Origin origin = Origin::set_argument(argument);
+  Entry entry{argument.substr(0, eq), YAML::Node(), YAML::Node(), origin};
+  try {
+    entry.value = YAML::Load(argument.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail(origin.whole(),
+         entry.key,
+         "the value is not valid YAML (" + e.msg + "); quote it, or check the brackets of a list [a, b] or map {k: v}");
+  }
+  return entry;
+}
+
+// The one YAML document of a file, as a map.
+YAML::Node load_document(const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    TORCH_CHECK(false,
+                Origin::file(source).at(e.mark),
+                ": invalid YAML: ",
+                e.msg,
+                "; fix the syntax at that place or just before it (an unclosed bracket or quote starts earlier): "
+                "`key: value` lines, lists as [a, b] or `- item` lines, indentation with spaces");
+  }
+  TORCH_CHECK(!documents.empty() && !documents[0].IsNull(),
+              source,
+              ": the file is empty; a run config is a YAML map such as `base_model: ./model` "
+              "(see docs/CONFIG.md)");
+  TORCH_CHECK(documents.size() == 1,
+              source,
+              ": the file holds ",
+              documents.size(),
+              " YAML documents (separated by ---); a run config is one");
+  const YAML::Node& root = documents[0];
+  TORCH_CHECK(root.IsMap(),
+              Origin::file(source).at(root.Mark()),
+              ": the top level is ",
+              root.IsSequence() ? "a list" : "a single value",
+              ", not a map; a run config is `key: value` lines such as `base_model: ./model`");
+  return root;
+}
+
+// --- reading values --------------------------------------------------------------------------
+
+// Reads the collected entries by key, with their types and ranges. Absent and null values give
+// the default. Every entry must be read exactly once (an internal check), so a key in kKeys that
+// nothing reads cannot be dropped silently.
+class Reader {
+ public:
+  Reader(std::map<std::string, Entry>& entries, std::string source, fs::path base_dir)
+      : entries_(entries), source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+
+  // The entry of `key` when it is present with a non-null value.
+  const Entry* find(const std::string& key) {
+    read_.insert(key);
+    const auto it = entries_.find(key);
+    return it != entries_.end() && !it->second.value.IsNull() ? &it->second : nullptr;
+  }
+  // Present at all, even null.
+  const Entry* find_written(const std::string& key) const {
+    const auto it = entries_.find(key);
+    return it != entries_.end() ? &it->second : nullptr;
+  }
+  // Where `key` was written, or the file as a whole for a default.
+  std::string place_of(const std::string& key) const {
+    const Entry* e = find_written(key);
+    return e ? e->key_place() : source_;
+  }
+
+  void check_all_read() const {
+    for (const auto& [key, entry] : entries_) {
+      TORCH_INTERNAL_ASSERT(read_.contains(key), "run config key '", key, "' was collected but never read");
+    }
+  }
+
+  bool boolean(const std::string& key, bool fallback) {
+    const Entry* e = find(key);
+    return e ? boolean_of(*e) : fallback;
+  }
+
+  int64_t integer(const std::string& key, int64_t fallback, Range range, const std::string& fix) {
+    const Entry* e = find(key);
+    return e ? integer_of(*e, range, fix) : fallback;
+  }
+
+  double number(const std::string& key, double fallback, Range range, const std::string& fix) {
+    const Entry* e = find(key);
+    if (!e) {
+      return fallback;
+    }
+    const std::optional<double> v = e->value.IsScalar() ? parse_double(e->value.Scalar()) : std::nullopt;
+    if (!v) {
+      e->fail_value("expected a number, got " + shown(e->value) + "; " + fix);
+    }
+    if (!range.contains(*v)) {
+      e->fail_value(range.problem(e->value.Scalar()) + "; " + fix);
+    }
+    return *v;
+  }
+
+  // One of `allowed`; `aliases` maps other accepted spellings to their value in `allowed`.
+  std::string choice(const std::string& key,
+                     const std::string& fallback,
+                     const std::vector<std::string>& allowed,
+                     const std::string& fix = "",
+                     const std::map<std::string, std::string>& aliases = {}) {
+    const Entry* e = find(key);
+    return e ? choice_of(*e, allowed, fix, aliases) : fallback;
+  }
+
+  // A path, resolved against the config's directory; "" or absent gives `fallback` (resolved too).
+  fs::path path(const std::string& key, const fs::path& fallback) {
+    const Entry* e = find(key);
+    return resolve(e ? path_of(*e) : fallback);
+  }
+
+  std::vector<std::string> module_names(const std::string& key) {
+    const Entry* e = find(key);
+    if (!e) {
+      return {};
+    }
+    if (!e->value.IsSequence()) {
+      e->fail_value("expected a list of module names, got " + shown(e->value) +
+                    "; write e.g. [q_proj, v_proj] (regular expressions are not supported)");
+    }
+    std::vector<std::string> out;
+    for (size_t i = 0; i < e->value.size(); ++i) {
+      const YAML::Node item = e->value[i];
+      const std::string item_key = key + "[" + std::to_string(i) + "]";
+      const std::string place = e->origin.at(item.Mark());
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        fail(place, item_key, "expected a module name, got " + shown(item) + "; write e.g. q_proj");
+      }
+      const std::string& name = item.Scalar();
+      const bool plain = std::all_of(name.begin(), name.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.';
+      });
+      if (!plain || name.front() == '.' || name.back() == '.' || name.find("..") != std::string::npos) {
+        fail(place,
+             item_key,
+             "'" + name +
+                 "' is not a module name; use a name such as q_proj or a dotted suffix such as "
+                 "self_attn.q_proj (regular expressions are not supported)");
+      }
+      out.push_back(name);
+    }
+    return out;
+  }
+
+  std::vector<DatasetConfig> datasets(const std::string& key) {
+    const Entry* e = find(key);
+    if (!e) {
+      return {};
+    }
+    if (!e->value.IsSequence()) {
+      e->fail_value("expected a list of datasets, got " + shown(e->value) +
+                    "; write e.g. datasets: [{path: data.jsonl, type: completion}]");
+    }
+    std::vector<DatasetConfig> out;
+    for (size_t i = 0; i < e->value.size(); ++i) {
+      out.push_back(dataset(*e, i));
+    }
+    return out;
+  }
+
+  bool boolean_of(const Entry& e) const {
+    const std::optional<bool> v = e.value.IsScalar() ? parse_bool(e.value.Scalar()) : std::nullopt;
+    if (!v) {
+      e.fail_value("expected true or false, got " + shown(e.value));
+    }
+    return *v;
+  }
+
+  int64_t integer_of(const Entry& e, Range range, const std::string& fix) const {
+    const std::optional<int64_t> v = e.value.IsScalar() ? parse_int(e.value.Scalar()) : std::nullopt;
+    if (!v) {
+      e.fail_value("expected an integer, got " + shown(e.value) + "; " + fix);
+    }
+    if (!range.contains(static_cast<double>(*v))) {
+      e.fail_value(range.problem(e.value.Scalar()) + "; " + fix);
+    }
+    return *v;
+  }
+
+  std::string choice_of(const Entry& e,
+                        const std::vector<std::string>& allowed,
+                        const std::string& fix,
+                        const std::map<std::string, std::string>& aliases) const {
+    if (!e.value.IsScalar()) {
+      e.fail_value("expected one of " + join(allowed, ", ") + ", got " + shown(e.value));
+    }
+    const std::string& v = e.value.Scalar();
+    if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) {
+      return v;
+    }
+    if (const auto alias = aliases.find(v); alias != aliases.end()) {
+      return alias->second;
+    }
+    std::string message = "'" + v + "' is not one of " + join(allowed, ", ");
+    if (!fix.empty()) {
+      message += "; " + fix;
+    } else if (const auto suggestion = nearest(v, allowed)) {
+      message += "; did you mean '" + *suggestion + "'?";
+    } else {
+      message += "; use one of them";
+    }
+    e.fail_value(message);
+  }
+
+  fs::path path_of(const Entry& e) const {
+    if (!e.value.IsScalar()) {
+      e.fail_value("expected a path, got " + shown(e.value));
+    }
+    return fs::path(e.value.Scalar());
+  }
+
+  fs::path resolve(const fs::path& p) const {
+    if (p.empty() || p.is_absolute()) {
+      return p.lexically_normal();
+    }
+    return (base_dir_ / p).lexically_normal();
+  }
+
+ private:
+  DatasetConfig dataset(const Entry& list, size_t index) {
+    const YAML::Node item = list.value[index];
+    const std::string prefix = list.key + "[" + std::to_string(index) + "]";
+    if (!item.IsMap()) {
+      fail(list.origin.at(item.Mark()),
+           prefix,
+           "expected a map such as {path: data.jsonl, type: completion}, got " + shown(item));
+    }
+    std::map<std::string, Entry> fields;
+    for (Entry field : map_entries(item, list.origin, prefix + ".")) {
+      const std::string name = field.key.substr(prefix.size() + 1);
+      if (std::find(kDatasetKeys.begin(), kDatasetKeys.end(), name) != kDatasetKeys.end()) {
+        fields.emplace(name, std::move(field));
+      } else if (const Unsupported* u = find_unsupported(kUnsupportedDatasetKeys, name)) {
+        if (!is_off(field.value)) {
+          fail(field.key_place(), field.key, "axolotl key '" + name + "' is not supported by qtrain; " + u->fix);
+        }
+      } else {
+        fail(field.key_place(), field.key, unknown_key_message(name, kDatasetKeys));
+      }
+    }
+    const auto value_of = [&](const std::string& name) -> const Entry* {
+      const auto it = fields.find(name);
+      return it != fields.end() && !it->second.value.IsNull() ? &it->second : nullptr;
+    };
+
+    DatasetConfig d;
+    const Entry* path = value_of("path");
+    if (!path || path_of(*path).empty()) {
+      fail(path ? path->value_place() : list.origin.at(item.Mark()),
+           prefix + ".path",
+           "missing; every dataset needs the path of a local file, e.g. {path: data.jsonl}");
+    }
+    d.path = resolve(path_of(*path));
+    if (const Entry* type = value_of("type")) {
+      d.type = choice_of(*type,
+                         {"completion", "alpaca", "pretokenized"},
+                         "use completion (a text field), alpaca (instruction/input/output) or pretokenized "
+                         "(input_ids), or leave type out for rows that carry input_ids",
+                         {});
+    }
+    if (const Entry* field = value_of("field")) {
+      if (d.type != "completion") {
+        fail(field->key_place(),
+             field->key,
+             "field applies only to type: completion (this dataset's type is " +
+                 (d.type.empty() ? std::string("not set") : d.type) + "); remove it or set type: completion");
+      }
+      if (!field->value.IsScalar() || field->value.Scalar().empty()) {
+        field->fail_value("expected the name of a text field, got " + shown(field->value) + "; write e.g. field: text");
+      }
+      d.field = field->value.Scalar();
+    }
+    return d;
+  }
+
+  std::map<std::string, Entry>& entries_;
+  std::set<std::string> read_;
+  std::string source_;
+  fs::path base_dir_;
+};
+
+// --- the keys --------------------------------------------------------------------------------
+
+RunConfig read_config(Reader& r) {
+  RunConfig c;
+  c.base_model = r.path("base_model", "");
+  TORCH_CHECK(!c.base_model.empty(),
+              r.place_of("base_model"),
+              ": base_model: missing; set it to a local Hugging Face model folder, e.g. base_model: ./models/llama");
+
+  c.load_in_4bit = r.boolean("load_in_4bit", c.load_in_4bit);
+  c.load_in_8bit = r.boolean("load_in_8bit", c.load_in_8bit);
+  c.bnb_4bit_quant_type = r.choice("bnb_4bit_quant_type", c.bnb_4bit_quant_type, {"nf4", "fp4"});
+  c.bnb_4bit_use_double_quant = r.boolean("bnb_4bit_use_double_quant", c.bnb_4bit_use_double_quant);
+  c.bnb_4bit_blocksize = r.integer("bnb_4bit_blocksize",
+                                   c.bnb_4bit_blocksize,
+                                   Range{.lo = 32, .hi = 4096},
+                                   "use a power of 2 from 32 to 4096 (64 is bitsandbytes' default)");
+  if (const int64_t b = c.bnb_4bit_blocksize; (b & (b - 1)) != 0) {
+    r.find("bnb_4bit_blocksize")
+        ->fail_value(std::to_string(b) + " is not a power of 2; use 32, 64, 128, ..., 4096 (64 is bitsandbytes' default)");
+  }
+  c.llm_int8_threshold = r.number("llm_int8_threshold",
+                                  c.llm_int8_threshold,
+                                  at_least(0),
+                                  "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
+  c.int8_compute = r.choice("int8_compute", c.int8_compute, {"dequantize", "llm_int8"});
+
+  // axolotl's `adapter:` left blank means a full fine-tune, which qtrain does not do; that must
+  // not turn into LoRA silently.
+  if (const Entry* e = r.find_written("adapter"); e && e->value.IsNull()) {
+    fail(e->key_place(),
+         "adapter",
+         "blank (axolotl's full fine-tune); qtrain trains LoRA adapters only, set adapter: lora or adapter: qlora");
+  }
+  c.adapter = r.choice("adapter", c.load_in_4bit ? "qlora" : "lora", {"lora", "qlora"});
+  c.lora_r = r.integer("lora_r", c.lora_r, at_least(1), "use a rank of 1 or more, typically 8 to 64");
+  c.lora_alpha = r.number("lora_alpha", c.lora_alpha, above(0), "use a positive number, commonly lora_r or 2 * lora_r");
+  c.lora_dropout = r.number(
+      "lora_dropout", c.lora_dropout, unit_interval_open(), "use a value from 0 (off) to below 1, typically 0.05");
+  c.lora_target_modules = r.module_names("lora_target_modules");
+  c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
+  c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
+  c.lora_model_dir = r.path("lora_model_dir", c.lora_model_dir);
+
+  c.datasets = r.datasets("datasets");
+  c.sequence_len = r.integer("sequence_len", c.sequence_len, at_least(1), "use the tokens per sample, e.g. 2048");
+  c.sample_packing = r.boolean("sample_packing", c.sample_packing);
+  c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
+  if (const Entry* e = r.find("val_set_size")) {
+    const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
+    const double v = r.number("val_set_size", 0.0, at_least(0), fix);
+    if (v >= 1 && std::floor(v) != v) {
+      e->fail_value(e->value.Scalar() + " is neither a fraction in [0, 1) nor a whole number of rows >= 1; " + fix);
+    }
+    c.val_set_size = v;
+  }
+
+  c.micro_batch_size =
+      r.integer("micro_batch_size", c.micro_batch_size, at_least(1), "use the samples per forward pass, 1 or more");
+  c.gradient_accumulation_steps = r.integer("gradient_accumulation_steps",
+                                            c.gradient_accumulation_steps,
+                                            at_least(1),
+                                            "use the micro-batches per optimizer step, 1 or more");
+  c.num_epochs = r.integer("num_epochs", c.num_epochs, at_least(1), "use 1 or more passes over the data");
+  c.max_steps = r.integer("max_steps", c.max_steps, at_least(-1), "use -1 (run num_epochs) or a step count >= 1");
+  if (c.max_steps == 0) {
+    r.find("max_steps")->fail_value("0 is neither -1 (run num_epochs) nor a step count; use -1 or a count >= 1");
+  }
+  c.learning_rate =
+      r.number("learning_rate", c.learning_rate, above(0), "use a positive rate, e.g. 2e-4 for LoRA");
+  c.lr_scheduler = r.choice("lr_scheduler", c.lr_scheduler, {"constant", "linear", "cosine"});
+  c.warmup_steps = r.integer("warmup_steps", c.warmup_steps, at_least(0), "use 0 (no warmup) or a step count");
+  c.warmup_ratio = r.number(
+      "warmup_ratio", c.warmup_ratio, unit_interval_open(), "use a fraction of the run such as 0.03, or 0 for none");
+  c.optimizer = r.choice("optimizer",
+                         c.optimizer,
+                         {"adamw_torch"},
+                         "use adamw_torch: LoRA's optimizer state is small, so the paged, fused and 8-bit "
+                         "variants buy nothing here",
+                         {{"adamw", "adamw_torch"}});
+  c.adam_beta1 = r.number("adam_beta1", c.adam_beta1, unit_interval_open(), "use a value in [0, 1), e.g. 0.9");
+  c.adam_beta2 = r.number("adam_beta2", c.adam_beta2, unit_interval_open(), "use a value in [0, 1), e.g. 0.999");
+  c.adam_epsilon = r.number("adam_epsilon", c.adam_epsilon, above(0), "use a small positive number, e.g. 1e-8");
+  c.weight_decay = r.number("weight_decay", c.weight_decay, at_least(0), "use 0 (none) or a positive decay, e.g. 0.01");
+  c.max_grad_norm =
+      r.number("max_grad_norm", c.max_grad_norm, at_least(0), "use 0 (no clipping) or a positive norm, e.g. 1.0");
+
+  if (const Entry* e = r.find("gradient_checkpointing")) {
+    const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+    if (on) {
+      c.gradient_checkpointing = *on ? GradientCheckpointing::every_layer : GradientCheckpointing::off;
+    } else if (e->value.IsScalar() && e->value.Scalar() == "every_kth") {
+      c.gradient_checkpointing = GradientCheckpointing::every_kth;
+    } else {
+      e->fail_value("expected true, false or every_kth, got " + shown(e->value) +
+                    " (activation offloading is not supported)");
+    }
+  }
+  c.gradient_checkpointing_every_k = r.integer("gradient_checkpointing_every_k",
+                                               c.gradient_checkpointing_every_k,
+                                               at_least(1),
+                                               "use 1 (every layer) or more");
+  if (const Entry* e = r.find_written("gradient_checkpointing_every_k");
+      e && c.gradient_checkpointing_every_k != 1 && c.gradient_checkpointing != GradientCheckpointing::every_kth) {
+    fail(e->key_place(),
+         e->key,
+         std::to_string(c.gradient_checkpointing_every_k) +
+             " has no effect unless gradient_checkpointing: every_kth; set that, or remove this key");
+  }
+  if (const Entry* e = r.find("bf16")) {
+    const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+    if (on) {
+      c.bf16 = *on ? Bf16::on : Bf16::off;
+    } else if (e->value.IsScalar() && e->value.Scalar() == "auto") {
+      c.bf16 = Bf16::automatic;
+    } else {
+      e->fail_value("expected true, false or auto, got " + shown(e->value));
+    }
+  }
+  c.fp16 = r.boolean("fp16", c.fp16);
+  if (const Entry* e = r.find("device")) {
+    const std::string v = e->value.IsScalar() ? e->value.Scalar() : "";
+    const bool indexed = v.starts_with("cuda:") && v.size() > 5 && parse_int(v.substr(5)).value_or(-1) >= 0 &&
+                         std::isdigit(static_cast<unsigned char>(v[5]));
+    if (v != "auto" && v != "cpu" && v != "cuda" && !indexed) {
+      e->fail_value("expected auto, cpu, cuda or cuda:N, got " + shown(e->value) + "; e.g. device: cuda:0");
+    }
+    c.device = v;
+  }
+
+  c.output_dir = r.path("output_dir", c.output_dir);
+  if (c.output_dir.empty()) {
+    r.find_written("output_dir")->fail_value("empty; set a folder for checkpoints and the adapter, e.g. ./outputs");
+  }
+  c.save_steps = r.integer("save_steps", c.save_steps, at_least(0), "use 0 (save at the end only) or a step interval");
+  c.save_total_limit =
+      r.integer("save_total_limit", c.save_total_limit, at_least(0), "use 0 (keep all) or the checkpoints to keep");
+  c.logging_steps = r.integer("logging_steps", c.logging_steps, at_least(1), "use a step interval of 1 or more");
+  c.eval_steps = r.integer("eval_steps", c.eval_steps, at_least(0), "use 0 (never) or a step interval");
+  c.seed = r.integer("seed", c.seed, at_least(0), "use a non-negative integer");
+  if (const Entry* e = r.find("resume_from_checkpoint")) {
+    const std::optional<bool> latest = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+    if (latest) {
+      c.resume_from_latest_checkpoint = *latest;
+    } else {
+      c.resume_from_checkpoint = r.resolve(r.path_of(*e));
+    }
+  }
+  c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
+  r.check_all_read();
+
+  // --- combinations ---
+  if (c.load_in_4bit && c.load_in_8bit) {
+    fail(r.place_of("load_in_8bit"),
+         "load_in_8bit",
+         "load_in_4bit (" + r.place_of("load_in_4bit") +
+             ") and load_in_8bit are both true; choose one quantization of the base (4-bit for QLoRA)");
+  }
+  if (c.adapter == "qlora" && !c.load_in_4bit) {
+    fail(r.place_of("adapter"),
+         "adapter",
+         "qlora needs load_in_4bit: true (it is false); set load_in_4bit: true, or use adapter: lora");
+  }
+  if (c.adapter == "lora" && c.load_in_4bit) {
+    fail(r.place_of("adapter"),
+         "adapter",
+         "lora with load_in_4bit: true is QLoRA; write adapter: qlora, or remove load_in_4bit");
+  }
+  if (c.lora_target_modules.empty() && !c.lora_target_linear) {
+    const std::string key = r.find_written("lora_target_modules") ? "lora_target_modules"
+                            : r.find_written("lora_target_linear") ? "lora_target_linear"
+                                                                    : "lora_target_modules";
+    fail(r.place_of(key),
+         key,
+         "no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj]) "
+         "or target every linear layer (lora_target_linear: true)");
+  }
+  if (c.warmup_steps > 0 && c.warmup_ratio > 0) {
+    fail(r.place_of("warmup_ratio"),
+         "warmup_ratio",
+         "warmup_steps (" + std::to_string(c.warmup_steps) + ", at " + r.place_of("warmup_steps") +
+             ") and warmup_ratio are both set; keep one");
+  }
+  if (c.fp16 && c.bf16 != Bf16::off) {
+    fail(r.place_of("fp16"),
+         "fp16",
+         "fp16 and bf16 (" + r.place_of("bf16") + ") are both on; choose one (bf16: false to train in fp16)");
+  }
+  if (c.eval_steps > 0 && c.val_set_size == 0) {
+    fail(r.place_of("eval_steps"),
+         "eval_steps",
+         "evaluating every " + std::to_string(c.eval_steps) +
+             " steps needs held-out rows, but val_set_size is 0; set val_set_size (e.g. 0.05) or eval_steps: 0");
+  }
+  return c;
+}
+
+// --- writing ---------------------------------------------------------------------------------
+
+// A YAML double-quoted string: the one form that never reads back as a number, bool or null.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      static const char* hex = "0123456789ABCDEF";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string boolean_text(bool v) { return v ? "true" : "false"; }
+
+}  // namespace
+
+const std::vector<std::string>& run_config_keys() { return kKeys; }
+
+const std::vector<std::string>& unsupported_axolotl_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const Unsupported& u : kUnsupported) {
+      out.push_back(u.key);
+    }
+    return out;
+  }();
+  return keys;
+}
+
+RunConfig parse_run_config(const std::string& yaml_text,
+                           const std::string& source_name,
+                           const std::filesystem::path& base_dir,
+                           const std::vector<std::string>& overrides) {
+  const YAML::Node root = load_document(yaml_text, source_name);
+  EntrySet entries;
+  for (Entry& e : map_entries(root, Origin::file(source_name), "")) {
+    entries.add_top_level(std::move(e));
+  }
+  for (const std::string& argument : overrides) {
+    entries.add_top_level(parse_override(argument));
+  }
+  Reader reader(entries.entries(), source_name, base_dir);
+  return read_config(reader);
+}
+
+RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  std::ifstream in(file, std::ios::binary);
+  TORCH_CHECK(in.good(),
+              file.string(),
+              ": cannot read the run config (",
+              std::error_code(errno, std::generic_category()).message(),
+              "); check the path");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_run_config(text.str(), file.string(), fs::absolute(file).parent_path(), overrides);
+}
+
+std::string to_yaml(const RunConfig& c) {
+  std::ostringstream out;
+  const auto line = [&](const char* key, const std::string& value) { out << key << ": " << value << "\n"; };
+  out << "# qtrain run config with every key resolved (docs/CONFIG.md)\n";
+  line("base_model", quoted(c.base_model.string()));
+  line("load_in_4bit", boolean_text(c.load_in_4bit));
+  line("load_in_8bit", boolean_text(c.load_in_8bit));
+  line("bnb_4bit_quant_type", c.bnb_4bit_quant_type);
+  line("bnb_4bit_use_double_quant", boolean_text(c.bnb_4bit_use_double_quant));
+  line("bnb_4bit_blocksize", std::to_string(c.bnb_4bit_blocksize));
+  line("llm_int8_threshold", format_double(c.llm_int8_threshold));
+  line("int8_compute", c.int8_compute);
+  line("adapter", c.adapter);
+  line("lora_r", std::to_string(c.lora_r));
+  line("lora_alpha", format_double(c.lora_alpha));
+  line("lora_dropout", format_double(c.lora_dropout));
+  std::vector<std::string> modules;
+  for (const std::string& m : c.lora_target_modules) {
+    modules.push_back(quoted(m));
+  }
+  line("lora_target_modules", "[" + join(modules, ", ") + "]");
+  line("lora_target_linear", boolean_text(c.lora_target_linear));
+  line("peft_use_rslora", boolean_text(c.peft_use_rslora));
+  line("lora_model_dir", quoted(c.lora_model_dir.string()));
+  if (c.datasets.empty()) {
+    line("datasets", "[]");
+  } else {
+    out << "datasets:\n";
+    for (const DatasetConfig& d : c.datasets) {
+      out << "  - path: " << quoted(d.path.string()) << "\n";
+      if (!d.type.empty()) {
+        out << "    type: " << d.type << "\n";
+      }
+      if (d.type == "completion") {
+        out << "    field: " << quoted(d.field) << "\n";
+      }
+    }
+  }
+  line("sequence_len", std::to_string(c.sequence_len));
+  line("sample_packing", boolean_text(c.sample_packing));
+  line("train_on_inputs", boolean_text(c.train_on_inputs));
+  // A whole count is written as an integer, the way users write it.
+  line("val_set_size",
+       c.val_set_size >= 1 ? std::to_string(static_cast<int64_t>(c.val_set_size)) : format_double(c.val_set_size));
+  line("micro_batch_size", std::to_string(c.micro_batch_size));
+  line("gradient_accumulation_steps", std::to_string(c.gradient_accumulation_steps));
+  line("num_epochs", std::to_string(c.num_epochs));
+  line("max_steps", std::to_string(c.max_steps));
+  line("learning_rate", format_double(c.learning_rate));
+  line("lr_scheduler", c.lr_scheduler);
+  line("warmup_steps", std::to_string(c.warmup_steps));
+  line("warmup_ratio", format_double(c.warmup_ratio));
+  line("optimizer", c.optimizer);
+  line("adam_beta1", format_double(c.adam_beta1));
+  line("adam_beta2", format_double(c.adam_beta2));
+  line("adam_epsilon", format_double(c.adam_epsilon));
+  line("weight_decay", format_double(c.weight_decay));
+  line("max_grad_norm", format_double(c.max_grad_norm));
+  switch (c.gradient_checkpointing) {
+    case GradientCheckpointing::off: line("gradient_checkpointing", "false"); break;
+    case GradientCheckpointing::every_layer: line("gradient_checkpointing", "true"); break;
+    case GradientCheckpointing::every_kth: line("gradient_checkpointing", "every_kth"); break;
+  }
+  line("gradient_checkpointing_every_k", std::to_string(c.gradient_checkpointing_every_k));
+  switch (c.bf16) {
+    case Bf16::off: line("bf16", "false"); break;
+    case Bf16::on: line("bf16", "true"); break;
+    case Bf16::automatic: line("bf16", "auto"); break;
+  }
+  line("fp16", boolean_text(c.fp16));
+  line("device", c.device);
+  line("output_dir", quoted(c.output_dir.string()));
+  line("save_steps", std::to_string(c.save_steps));
+  line("save_total_limit", std::to_string(c.save_total_limit));
+  line("logging_steps", std::to_string(c.logging_steps));
+  line("eval_steps", std::to_string(c.eval_steps));
+  line("seed", std::to_string(c.seed));
+  line("resume_from_checkpoint",
+       c.resume_from_latest_checkpoint     ? "true"
+       : c.resume_from_checkpoint.empty() ? "false"
+                                          : quoted(c.resume_from_checkpoint.string()));
+  line("use_tensorboard", boolean_text(c.use_tensorboard));
+  return out.str();
+}
+
+}  // namespace qtrain::engine::config

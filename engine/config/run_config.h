@@ -1,0 +1,166 @@
+// A training run's settings, read from a YAML file with axolotl's key names (so that an axolotl
+// QLoRA config needs few edits) plus a handful of qtrain keys, and overridden from the command
+// line with `--set key=value`.
+//
+// Reading is strict because a silently ignored key is a run that trains something else than the
+// user asked for: an unknown key is an error that suggests the nearest known one, axolotl keys
+// qtrain does not implement are named as such, and values are checked for type, range and
+// contradictions. Every error names the place (`file:line:col`, or the `--set` argument), the
+// key, the value and the fix. docs/CONFIG.md documents every key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace qtrain::engine::config {
+
+// One entry of `datasets`.
+struct DatasetConfig {
+  // A local dataset file (not a Hugging Face Hub id). Resolved against the config's directory.
+  std::filesystem::path path;
+  // "completion", "alpaca" or "pretokenized"; "" (key absent): rows are used as pre-tokenized
+  // when they carry input_ids.
+  std::string type;
+  // type completion: the field of each row that holds the text.
+  std::string field = "text";
+
+  bool operator==(const DatasetConfig&) const = default;
+};
+
+// axolotl's `gradient_checkpointing: true | false`, plus qtrain's "every_kth".
+enum class GradientCheckpointing { off, every_layer, every_kth };
+// axolotl's `bf16: true | false | auto` (auto: bf16 where the device supports it).
+enum class Bf16 { off, on, automatic };
+
+// Field names are the YAML keys. Defaults are those of a file that omits the key; "(qtrain)"
+// marks keys that axolotl does not have. Relative paths are resolved against the directory of
+// the config file (also those given with --set), so a config runs the same from any directory.
+struct RunConfig {
+  // --- base model and its quantization ---
+  // A local Hugging Face model folder (config.json + safetensors). Required.
+  std::filesystem::path base_model;
+  // Quantize the base's linear weights to 4 bits (NF4/FP4) on load: QLoRA.
+  bool load_in_4bit = false;
+  // Quantize the base's linear weights to LLM.int8() on load.
+  bool load_in_8bit = false;
+  // 4-bit code book: "nf4" or "fp4".
+  std::string bnb_4bit_quant_type = "nf4";
+  // Quantize the 4-bit absmax values again (8-bit, blocks of 256): 0.37 fewer bits per weight.
+  bool bnb_4bit_use_double_quant = true;
+  // (qtrain) Weights per 4-bit absmax block: a power of 2 in [32, 4096].
+  int64_t bnb_4bit_blocksize = 64;
+  // Outlier threshold of llm_int8 compute: activation columns with |x| >= it stay in float.
+  double llm_int8_threshold = 6.0;
+  // (qtrain) How an 8-bit linear computes: "dequantize" (W in the activation dtype, a float
+  // matmul; the most accurate) or "llm_int8" (int8 matmul with outlier decomposition).
+  std::string int8_compute = "dequantize";
+
+  // --- LoRA ---
+  // "qlora" (LoRA on a 4-bit base; requires load_in_4bit) or "lora". Default: "qlora" when
+  // load_in_4bit, else "lora". qtrain trains adapters only, so there is no blank (full) mode.
+  std::string adapter = "lora";
+  int64_t lora_r = 8;
+  double lora_alpha = 16;
+  // In [0, 1).
+  double lora_dropout = 0.0;
+  // Module names or dotted suffixes ("q_proj", "self_attn.o_proj"); not regexes.
+  std::vector<std::string> lora_target_modules;
+  // Target every linear layer except lm_head (PEFT's "all-linear").
+  bool lora_target_linear = false;
+  // Scale by alpha / sqrt(r) instead of alpha / r.
+  bool peft_use_rslora = false;
+  // A PEFT adapter folder to start from; empty: fresh adapters.
+  std::filesystem::path lora_model_dir;
+
+  // --- data ---
+  std::vector<DatasetConfig> datasets;
+  // Maximum tokens per sample (per packed sequence with sample_packing).
+  int64_t sequence_len = 2048;
+  // Pack several samples into one sequence of sequence_len (attention does not cross samples).
+  bool sample_packing = false;
+  // Also compute the loss on the prompt part of a sample (alpaca: instruction and input).
+  bool train_on_inputs = false;
+  // Held-out rows for evaluation: a fraction in [0, 1) when below 1, else a whole number of
+  // rows. 0: no evaluation set.
+  double val_set_size = 0.0;
+
+  // --- optimisation ---
+  // Samples per forward pass.
+  int64_t micro_batch_size = 1;
+  // Micro-batches per optimizer step.
+  int64_t gradient_accumulation_steps = 1;
+  int64_t num_epochs = 1;
+  // Optimizer steps of the run; -1: as many as num_epochs take. Wins over num_epochs when set.
+  int64_t max_steps = -1;
+  double learning_rate = 2e-4;
+  // "constant", "linear" (to 0) or "cosine" (to 0), after the warmup.
+  std::string lr_scheduler = "cosine";
+  // Linear warmup from 0 over this many steps, or over this fraction of the run; not both.
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;
+  // "adamw_torch" (the input "adamw" is read as it): AdamW with decoupled weight decay.
+  std::string optimizer = "adamw_torch";
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double weight_decay = 0.0;
+  // Clip the gradient's global L2 norm to this; 0: no clipping.
+  double max_grad_norm = 1.0;
+
+  // --- memory, precision, device ---
+  // Recompute layers in backward instead of keeping their activations.
+  GradientCheckpointing gradient_checkpointing = GradientCheckpointing::every_layer;
+  // (qtrain) With gradient_checkpointing: every_kth, every k-th layer is checkpointed.
+  int64_t gradient_checkpointing_every_k = 1;
+  // Compute dtype of activations and adapters; neither: float32.
+  Bf16 bf16 = Bf16::off;
+  bool fp16 = false;
+  // (qtrain) "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
+  std::string device = "auto";
+
+  // --- output, logging, resume ---
+  // Where checkpoints, the adapter, logs and the resolved config go. Resolved like base_model.
+  std::filesystem::path output_dir = "./outputs";
+  // Save a checkpoint every this many steps; 0: only at the end.
+  int64_t save_steps = 0;
+  // Keep only the newest this many checkpoints; 0: keep all.
+  int64_t save_total_limit = 0;
+  int64_t logging_steps = 1;
+  // Evaluate on the val_set_size rows every this many steps; 0: never.
+  int64_t eval_steps = 0;
+  int64_t seed = 42;
+  // Continue from this checkpoint folder; empty: start fresh.
+  std::filesystem::path resume_from_checkpoint;
+  // `resume_from_checkpoint: true`: continue from the newest checkpoint in output_dir.
+  bool resume_from_latest_checkpoint = false;
+  // Also write TensorBoard event files.
+  bool use_tensorboard = false;
+
+  bool operator==(const RunConfig&) const = default;
+};
+
+// Reads `file` and applies `overrides` ("key=value" strings from --set, in order; a later one
+// wins). `value` is YAML: `lora_r=16`, `lora_target_modules=[q_proj,v_proj]`,
+// `datasets=[{path: data.jsonl}]`. Any problem is a c10::Error (see the file comment).
+RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+// The same from text: `source_name` names it in messages; relative paths resolve against
+// `base_dir`.
+RunConfig parse_run_config(const std::string& yaml_text,
+                           const std::string& source_name,
+                           const std::filesystem::path& base_dir,
+                           const std::vector<std::string>& overrides = {});
+
+// Every key of `config`, one per line in the order of run_config_keys(), in a form that
+// parse_run_config reads back to an equal RunConfig (paths as they are: absolute after a load).
+// Saved beside checkpoints so that a run's settings are on record.
+std::string to_yaml(const RunConfig& config);
+
+// The keys a run config may set, in documentation order.
+const std::vector<std::string>& run_config_keys();
+// axolotl keys that qtrain recognises and refuses (accepted only when blank, null or false).
+const std::vector<std::string>& unsupported_axolotl_keys();
+
+}  // namespace qtrain::engine::config

@@ -1,0 +1,101 @@
+// See init_model.h.
+#include "engine/model/init_model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "engine/io/hf_folder.h"
+
+namespace qtrain::engine::model {
+namespace {
+
+constexpr double kInitializerRange = 0.02;  // transformers' default initializer_range
+
+ModelConfig base_config(Architecture arch, int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
+                        int64_t heads, int64_t kv_heads, int64_t max_pos) {
+  ModelConfig c;
+  c.arch = arch;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = intermediate;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = hidden / heads;
+  c.max_position_embeddings = max_pos;
+  c.rms_norm_eps = 1e-6;
+  c.rope_theta = arch == Architecture::llama ? 500000.0 : 1000000.0;
+  c.qkv_bias = arch == Architecture::qwen2;
+  c.qk_norm = arch == Architecture::qwen3;
+  c.sliding_window.assign(layers, std::nullopt);
+  if (arch == Architecture::mistral) c.sliding_window.assign(layers, max_pos / 2);
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  return {"tiny", "small", "llama3-8b"};
+}
+
+Architecture architecture_from_name(const std::string& name) {
+  for (auto a : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3}) {
+    if (architecture_name(a) == name) return a;
+  }
+  TORCH_CHECK(false, "architecture '", name, "' is not supported; choose llama, mistral, qwen2 or qwen3");
+}
+
+ModelConfig preset_config(Architecture arch, const std::string& preset) {
+  if (preset == "tiny") return base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+  if (preset == "small") return base_config(arch, 8192, 512, 1408, 8, 8, 4, 2048);
+  if (preset == "llama3-8b") {
+    auto c = base_config(arch, 128256, 4096, 14336, 32, 32, 8, 8192);
+    if (arch == Architecture::llama) {
+      c.rope_scaling.type = "llama3";
+      c.rope_scaling.factor = 8.0;
+    }
+    return c;
+  }
+  TORCH_CHECK(false, "model preset '", preset, "' is not known; choose one of: ", c10::Join(", ", preset_names()));
+}
+
+void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, at::ScalarType dtype) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, kInitializerRange, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
+  };
+  auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype)); };
+  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+  tensors.emplace_back("model.embed_tokens.weight", normal({c.vocab_size, c.hidden_size}));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto p = "model.layers." + std::to_string(i) + ".";
+    tensors.emplace_back(p + "input_layernorm.weight", ones(c.hidden_size));
+    tensors.emplace_back(p + "post_attention_layernorm.weight", ones(c.hidden_size));
+    for (auto [name, out, in] : {std::tuple{"self_attn.q_proj", q_out, c.hidden_size},
+                                 {"self_attn.k_proj", kv_out, c.hidden_size},
+                                 {"self_attn.v_proj", kv_out, c.hidden_size},
+                                 {"self_attn.o_proj", c.hidden_size, q_out},
+                                 {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
+                                 {"mlp.up_proj", c.intermediate_size, c.hidden_size},
+                                 {"mlp.down_proj", c.hidden_size, c.intermediate_size}}) {
+      tensors.emplace_back(p + name + ".weight", normal({out, in}));
+    }
+    if (c.qkv_bias) {
+      for (auto [name, out] : {std::pair{"q_proj", q_out}, {"k_proj", kv_out}, {"v_proj", kv_out}}) {
+        tensors.emplace_back(p + "self_attn." + name + ".bias", at::zeros({out}, at::TensorOptions().dtype(dtype)));
+      }
+    }
+    if (c.qk_norm) {
+      tensors.emplace_back(p + "self_attn.q_norm.weight", ones(c.head_dim));
+      tensors.emplace_back(p + "self_attn.k_norm.weight", ones(c.head_dim));
+    }
+  }
+  tensors.emplace_back("model.norm.weight", ones(c.hidden_size));
+  if (!c.tie_word_embeddings) tensors.emplace_back("lm_head.weight", normal({c.vocab_size, c.hidden_size}));
+  auto json = c.to_json();
+  json["dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  io::save_hf_folder(dir, json, tensors, int64_t{2} << 30);
+}
+
+}  // namespace qtrain::engine::model

@@ -1,0 +1,28 @@
+// Random Hugging Face model folders: the tiny models the tests and the demo train, and
+// model-shaped stand-ins for benchmarks (nothing is downloaded). Weights are drawn as
+// transformers initialises them (normal(0, initializer_range) for embeddings and linears, ones
+// for norms, zeros for biases) from a seeded generator, and written with config.json so that
+// transformers loads the folder unchanged.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/model/model_config.h"
+
+namespace qtrain::engine::model {
+
+// Presets by name: "tiny" (2 layers, hidden 64), "small" (8 layers, hidden 512: CPU memory
+// benchmarks), "llama3-8b" (Llama-3-8B shapes, 32 layers, hidden 4096). Unknown names are an
+// error listing these.
+ModelConfig preset_config(Architecture arch, const std::string& preset);
+std::vector<std::string> preset_names();
+Architecture architecture_from_name(const std::string& name);
+
+// Writes `config` with random weights (float32 or bfloat16 `dtype`) to `dir`, sharded above 2 GiB.
+void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed,
+                        at::ScalarType dtype = at::kFloat);
+
+}  // namespace qtrain::engine::model

@@ -1,0 +1,161 @@
+// The qtrain command line end to end: init-model writes a folder transformers loads; eval's JSON
+// loss equals transformers' (+ peft, + bitsandbytes) loss on the same data; quantize writes a
+// bitsandbytes folder that transformers loads with the same loss and that qtrain reads back
+// without quantizing again.
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/io/bnb_checkpoint.h"
+#include "engine/io/hf_folder.h"
+#include "ops/quant/kbit.h"
+#include "tests/reference.h"
+
+namespace qtrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out;  // stdout
+};
+
+// stdout of `cmd`; with `with_stderr`, stderr too.
+Result run(const std::string& cmd, bool with_stderr = false) {
+  Result r{0, ""};
+  FILE* p = popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
+  r.status = pclose(p);
+  return r;
+}
+
+std::string last_line(const std::string& s) {
+  auto end = s.find_last_not_of('\n');
+  auto start = s.rfind('\n', end);
+  return s.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
+
+class Commands : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qtrain_cmd_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    const auto ref = engine::io::SafetensorsFile::open(test::model_fixture("llama") / "reference.safetensors");
+    // The reference inputs as a pre-tokenized dataset, one row per sequence.
+    std::ofstream data(dir_ / "data.jsonl");
+    for (int64_t row = 0; row < 2; ++row) {
+      nlohmann::json j;
+      j["input_ids"] = std::vector<int64_t>(ref.tensor("ids")[row].data_ptr<int64_t>(),
+                                            ref.tensor("ids")[row].data_ptr<int64_t>() + 24);
+      j["labels"] = std::vector<int64_t>(ref.tensor("labels")[row].contiguous().data_ptr<int64_t>(),
+                                         ref.tensor("labels")[row].contiguous().data_ptr<int64_t>() + 24);
+      data << j.dump() << "\n";
+    }
+    engine::io::safetensors_save(dir_ / "inputs.safetensors", {{"ids", ref.tensor("ids")}, {"labels", ref.tensor("labels")}});
+    reference_ = ref.tensor("nf4.loss").item<double>();
+    reference_lora_ = ref.tensor("nf4.lora.loss").item<double>();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write_config(const fs::path& base) const {
+    std::ofstream(dir_ / "qlora.yaml") << "base_model: " << base.string() << "\n"
+                                       << "load_in_4bit: true\nbnb_4bit_quant_type: nf4\n"
+                                       << "bnb_4bit_use_double_quant: true\nadapter: qlora\n"
+                                       << "lora_target_linear: true\nmicro_batch_size: 2\nsequence_len: 64\n"
+                                       << "device: cpu\ndatasets:\n  - path: data.jsonl\n";
+    return dir_ / "qlora.yaml";
+  }
+
+  static std::string qtrain() { return QTRAIN_BINARY; }
+  static std::string python() {
+    const char* p = std::getenv("QTRAIN_PYTHON");
+    return p ? p : "";
+  }
+
+  fs::path dir_;
+  double reference_ = 0, reference_lora_ = 0;
+};
+
+TEST_F(Commands, EvalPrintsTheLossTransformersComputes) {
+  const auto config = write_config(test::model_fixture("llama") / "base");
+  const auto r = run(qtrain() + " eval " + config.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto j = nlohmann::json::parse(last_line(r.out));
+  EXPECT_EQ(j.at("tokens").get<int64_t>(), 39);
+  EXPECT_NEAR(j.at("loss").get<double>(), reference_, 2e-6);
+  EXPECT_NEAR(j.at("perplexity").get<double>(), std::exp(reference_), 1e-4);
+  const auto with_adapter =
+      run(qtrain() + " eval " + config.string() + " --adapter " + (test::model_fixture("llama") / "adapter").string());
+  ASSERT_EQ(with_adapter.status, 0);
+  EXPECT_NEAR(nlohmann::json::parse(last_line(with_adapter.out)).at("loss").get<double>(), reference_lora_, 2e-6);
+  // --set reaches the config: float32 weights give the float32 loss, which differs.
+  const auto fp = run(qtrain() + " eval " + config.string() + " --set load_in_4bit=false --set adapter=lora");
+  ASSERT_EQ(fp.status, 0);
+  EXPECT_GT(std::abs(nlohmann::json::parse(last_line(fp.out)).at("loss").get<double>() - reference_), 1e-5);
+}
+
+TEST_F(Commands, EvalRejectsABadConfigWithAMessage) {
+  std::ofstream(dir_ / "bad.yaml") << "base_model: " << (test::model_fixture("llama") / "base").string()
+                                   << "\nlora_rank: 8\n";
+  const auto r = run(qtrain() + " eval " + (dir_ / "bad.yaml").string(), /*with_stderr=*/true);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("bad.yaml:2:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"), std::string::npos) << r.out;
+}
+
+TEST_F(Commands, QuantizeWritesAFolderTransformersAndQtrainLoadUnchanged) {
+  const auto config = write_config(test::model_fixture("llama") / "base");
+  const auto out = dir_ / "nf4";
+  ASSERT_EQ(run(qtrain() + " quantize " + config.string() + " --out " + out.string()).status, 0);
+  // qtrain reads the bytes back as they are: equal to quantizing the float weight again.
+  const auto q = engine::io::HfFolder::open(out);
+  const auto base = engine::io::HfFolder::open(test::model_fixture("llama") / "base");
+  const auto name = std::string("model.layers.1.mlp.down_proj.weight");
+  const auto stored = engine::io::read_bnb_4bit(q, name);
+  const auto fresh = ops::quantize_4bit(base.tensor(name).contiguous(), ops::QuantType::nf4, 64, true);
+  EXPECT_TRUE(test::bitwise_equal(stored.packed, fresh.packed));
+  EXPECT_TRUE(test::bitwise_equal(stored.nested->qabsmax, fresh.nested->qabsmax));
+  // qtrain evaluates the quantized folder to the same loss.
+  const auto r = run(qtrain() + " eval " + write_config(out).string());
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NEAR(nlohmann::json::parse(last_line(r.out)).at("loss").get<double>(), reference_, 2e-6);
+  // transformers + bitsandbytes load it as a pre-quantized model and agree.
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                      out.string() + " " + (dir_ / "inputs.safetensors").string());
+  ASSERT_EQ(hf.status, 0) << hf.out;
+  EXPECT_NEAR(std::stod(last_line(hf.out)), reference_, 2e-6);
+}
+
+TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
+  const auto out = dir_ / "tiny-qwen3";
+  ASSERT_EQ(run(qtrain() + " init-model --arch qwen3 --preset tiny --seed 5 --out " + out.string()).status, 0);
+  const auto folder = engine::io::HfFolder::open(out);
+  EXPECT_EQ(folder.config().at("model_type"), "qwen3");
+  EXPECT_TRUE(folder.contains("model.layers.1.self_attn.q_norm.weight"));
+  // The same seed writes the same weights.
+  ASSERT_EQ(run(qtrain() + " init-model --arch qwen3 --preset tiny --seed 5 --out " + (dir_ / "again").string()).status,
+            0);
+  EXPECT_TRUE(at::equal(folder.tensor("model.embed_tokens.weight"),
+                        engine::io::HfFolder::open(dir_ / "again").tensor("model.embed_tokens.weight")));
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  engine::io::safetensors_save(dir_ / "tiny_inputs.safetensors",
+                               {{"ids", at::arange(12, at::kLong).view({1, 12})},
+                                {"labels", at::arange(12, at::kLong).view({1, 12})}});
+  const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                      out.string() + " " + (dir_ / "tiny_inputs.safetensors").string());
+  ASSERT_EQ(hf.status, 0);
+  // A random model predicts close to uniformly over the 256-token vocabulary.
+  EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
+}
+
+}  // namespace
+}  // namespace qtrain

@@ -1,0 +1,546 @@
+// Tests for engine/config/run_config: defaults, a config that sets every key, path resolution,
+// --set overrides, a table of broken configs with the message each must give (place, key, value,
+// fix), an axolotl-style config, the to_yaml round trip, and docs/CONFIG.md listing every key.
+#include "engine/config/run_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/expect_error.h"
+
+namespace qtrain::engine::config {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_error;
+
+const fs::path kBase = "/cfg/run";
+
+RunConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  return parse_run_config(text, "run.yaml", kBase, overrides);
+}
+
+// The least a valid config needs: a base and what to put LoRA on.
+const std::string kMinimal = "base_model: model\nlora_target_modules: [q_proj]\n";
+
+// Sets every key to a value other than its default.
+const std::string kFull = R"(# a QLoRA run
+base_model: ../models/llama
+load_in_4bit: true
+load_in_8bit: false
+bnb_4bit_quant_type: fp4
+bnb_4bit_use_double_quant: false
+bnb_4bit_blocksize: 128
+llm_int8_threshold: 5.5
+int8_compute: llm_int8
+adapter: qlora
+lora_r: 32
+lora_alpha: 64
+lora_dropout: 0.05
+lora_target_modules:
+  - q_proj
+  - self_attn.v_proj
+lora_target_linear: true
+peft_use_rslora: true
+lora_model_dir: /adapters/start
+datasets:
+  - path: data/train.jsonl
+    type: completion
+    field: body
+  - path: /data/alpaca.jsonl
+    type: alpaca
+  - path: tokens.jsonl
+sequence_len: 4096
+sample_packing: true
+train_on_inputs: true
+val_set_size: 0.05
+micro_batch_size: 2
+gradient_accumulation_steps: 4
+num_epochs: 3
+max_steps: 1000
+learning_rate: 1e-4
+lr_scheduler: linear
+warmup_steps: 0
+warmup_ratio: 0.1
+optimizer: adamw
+adam_beta1: 0.8
+adam_beta2: 0.95
+adam_epsilon: 1e-6
+weight_decay: 0.01
+max_grad_norm: 0.5
+gradient_checkpointing: every_kth
+gradient_checkpointing_every_k: 2
+bf16: auto
+fp16: false
+device: cuda:1
+output_dir: out/run1
+save_steps: 100
+save_total_limit: 3
+logging_steps: 10
+eval_steps: 50
+seed: 7
+resume_from_checkpoint: out/run1/checkpoint-100
+use_tensorboard: true
+)";
+
+TEST(RunConfigTest, DefaultsOfAMinimalConfig) {
+  const RunConfig c = parse(kMinimal);
+  RunConfig expected;
+  expected.base_model = "/cfg/run/model";
+  expected.lora_target_modules = {"q_proj"};
+  expected.output_dir = "/cfg/run/outputs";
+  EXPECT_EQ(c, expected);
+  // The documented defaults, spelled out.
+  EXPECT_FALSE(c.load_in_4bit);
+  EXPECT_FALSE(c.load_in_8bit);
+  EXPECT_EQ(c.bnb_4bit_quant_type, "nf4");
+  EXPECT_TRUE(c.bnb_4bit_use_double_quant);
+  EXPECT_EQ(c.bnb_4bit_blocksize, 64);
+  EXPECT_EQ(c.llm_int8_threshold, 6.0);
+  EXPECT_EQ(c.int8_compute, "dequantize");
+  EXPECT_EQ(c.adapter, "lora");
+  EXPECT_EQ(c.lora_r, 8);
+  EXPECT_EQ(c.lora_alpha, 16);
+  EXPECT_EQ(c.lora_dropout, 0.0);
+  EXPECT_FALSE(c.lora_target_linear);
+  EXPECT_FALSE(c.peft_use_rslora);
+  EXPECT_TRUE(c.lora_model_dir.empty());
+  EXPECT_TRUE(c.datasets.empty());
+  EXPECT_EQ(c.sequence_len, 2048);
+  EXPECT_FALSE(c.sample_packing);
+  EXPECT_FALSE(c.train_on_inputs);
+  EXPECT_EQ(c.val_set_size, 0.0);
+  EXPECT_EQ(c.micro_batch_size, 1);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.num_epochs, 1);
+  EXPECT_EQ(c.max_steps, -1);
+  EXPECT_EQ(c.learning_rate, 2e-4);
+  EXPECT_EQ(c.lr_scheduler, "cosine");
+  EXPECT_EQ(c.warmup_steps, 0);
+  EXPECT_EQ(c.warmup_ratio, 0.0);
+  EXPECT_EQ(c.optimizer, "adamw_torch");
+  EXPECT_EQ(c.adam_beta1, 0.9);
+  EXPECT_EQ(c.adam_beta2, 0.999);
+  EXPECT_EQ(c.adam_epsilon, 1e-8);
+  EXPECT_EQ(c.weight_decay, 0.0);
+  EXPECT_EQ(c.max_grad_norm, 1.0);
+  EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::every_layer);
+  EXPECT_EQ(c.gradient_checkpointing_every_k, 1);
+  EXPECT_EQ(c.bf16, Bf16::off);
+  EXPECT_FALSE(c.fp16);
+  EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.save_steps, 0);
+  EXPECT_EQ(c.save_total_limit, 0);
+  EXPECT_EQ(c.logging_steps, 1);
+  EXPECT_EQ(c.eval_steps, 0);
+  EXPECT_EQ(c.seed, 42);
+  EXPECT_TRUE(c.resume_from_checkpoint.empty());
+  EXPECT_FALSE(c.resume_from_latest_checkpoint);
+  EXPECT_FALSE(c.use_tensorboard);
+}
+
+TEST(RunConfigTest, AdapterDefaultFollowsLoadIn4bit) {
+  EXPECT_EQ(parse(kMinimal + "load_in_4bit: true\n").adapter, "qlora");
+  EXPECT_EQ(parse(kMinimal + "load_in_8bit: true\n").adapter, "lora");
+}
+
+TEST(RunConfigTest, NullValuesMeanTheDefault) {
+  const RunConfig c = parse(kMinimal + "lora_r:\nlora_model_dir: ~\nseed: null\n");
+  EXPECT_EQ(c.lora_r, 8);
+  EXPECT_TRUE(c.lora_model_dir.empty());
+  EXPECT_EQ(c.seed, 42);
+}
+
+TEST(RunConfigTest, FullConfig) {
+  const RunConfig c = parse(kFull);
+  EXPECT_EQ(c.base_model, "/cfg/models/llama");
+  EXPECT_TRUE(c.load_in_4bit);
+  EXPECT_FALSE(c.load_in_8bit);
+  EXPECT_EQ(c.bnb_4bit_quant_type, "fp4");
+  EXPECT_FALSE(c.bnb_4bit_use_double_quant);
+  EXPECT_EQ(c.bnb_4bit_blocksize, 128);
+  EXPECT_EQ(c.llm_int8_threshold, 5.5);
+  EXPECT_EQ(c.int8_compute, "llm_int8");
+  EXPECT_EQ(c.adapter, "qlora");
+  EXPECT_EQ(c.lora_r, 32);
+  EXPECT_EQ(c.lora_alpha, 64);
+  EXPECT_EQ(c.lora_dropout, 0.05);
+  EXPECT_EQ(c.lora_target_modules, (std::vector<std::string>{"q_proj", "self_attn.v_proj"}));
+  EXPECT_TRUE(c.lora_target_linear);
+  EXPECT_TRUE(c.peft_use_rslora);
+  EXPECT_EQ(c.lora_model_dir, "/adapters/start");
+  ASSERT_EQ(c.datasets.size(), 3u);
+  EXPECT_EQ(c.datasets[0], (DatasetConfig{"/cfg/run/data/train.jsonl", "completion", "body"}));
+  EXPECT_EQ(c.datasets[1], (DatasetConfig{"/data/alpaca.jsonl", "alpaca", "text"}));
+  EXPECT_EQ(c.datasets[2], (DatasetConfig{"/cfg/run/tokens.jsonl", "", "text"}));
+  EXPECT_EQ(c.sequence_len, 4096);
+  EXPECT_TRUE(c.sample_packing);
+  EXPECT_TRUE(c.train_on_inputs);
+  EXPECT_EQ(c.val_set_size, 0.05);
+  EXPECT_EQ(c.micro_batch_size, 2);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  EXPECT_EQ(c.num_epochs, 3);
+  EXPECT_EQ(c.max_steps, 1000);
+  EXPECT_EQ(c.learning_rate, 1e-4);
+  EXPECT_EQ(c.lr_scheduler, "linear");
+  EXPECT_EQ(c.warmup_steps, 0);
+  EXPECT_EQ(c.warmup_ratio, 0.1);
+  EXPECT_EQ(c.optimizer, "adamw_torch");  // "adamw" is read as adamw_torch
+  EXPECT_EQ(c.adam_beta1, 0.8);
+  EXPECT_EQ(c.adam_beta2, 0.95);
+  EXPECT_EQ(c.adam_epsilon, 1e-6);
+  EXPECT_EQ(c.weight_decay, 0.01);
+  EXPECT_EQ(c.max_grad_norm, 0.5);
+  EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::every_kth);
+  EXPECT_EQ(c.gradient_checkpointing_every_k, 2);
+  EXPECT_EQ(c.bf16, Bf16::automatic);
+  EXPECT_FALSE(c.fp16);
+  EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.output_dir, "/cfg/run/out/run1");
+  EXPECT_EQ(c.save_steps, 100);
+  EXPECT_EQ(c.save_total_limit, 3);
+  EXPECT_EQ(c.logging_steps, 10);
+  EXPECT_EQ(c.eval_steps, 50);
+  EXPECT_EQ(c.seed, 7);
+  EXPECT_EQ(c.resume_from_checkpoint, "/cfg/run/out/run1/checkpoint-100");
+  EXPECT_FALSE(c.resume_from_latest_checkpoint);
+  EXPECT_TRUE(c.use_tensorboard);
+}
+
+TEST(RunConfigTest, ScalarSpellings) {
+  // YAML 1.1 booleans as PyYAML reads them; numbers in exponent form (PyYAML keeps `2e-4` a
+  // string, axolotl converts it); a whole val_set_size is a row count; quoted numbers are read.
+  const RunConfig c = parse(kMinimal +
+                            "load_in_8bit: yes\nsample_packing: On\nuse_tensorboard: TRUE\nfp16: off\n"
+                            "learning_rate: 2e-4\nlora_alpha: 16.5\nval_set_size: 500\nlora_r: \"16\"\n"
+                            "resume_from_checkpoint: true\ngradient_checkpointing: false\nbf16: true\n"
+                            "device: cpu\nmax_steps: +20\n");
+  EXPECT_TRUE(c.load_in_8bit);
+  EXPECT_TRUE(c.sample_packing);
+  EXPECT_TRUE(c.use_tensorboard);
+  EXPECT_FALSE(c.fp16);
+  EXPECT_EQ(c.learning_rate, 2e-4);
+  EXPECT_EQ(c.lora_alpha, 16.5);
+  EXPECT_EQ(c.val_set_size, 500);
+  EXPECT_EQ(c.lora_r, 16);
+  EXPECT_TRUE(c.resume_from_latest_checkpoint);
+  EXPECT_TRUE(c.resume_from_checkpoint.empty());
+  EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::off);
+  EXPECT_EQ(c.bf16, Bf16::on);
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.max_steps, 20);
+}
+
+class RunConfigFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qtrain_run_config_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "configs");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(RunConfigFileTest, RelativePathsResolveAgainstTheConfigsDirectory) {
+  const fs::path file = write("configs/run.yaml",
+                              "base_model: ../models/llama\n"
+                              "lora_target_linear: true\n"
+                              "lora_model_dir: ./adapters/../adapters/start\n"
+                              "datasets:\n  - path: data.jsonl\n  - path: /abs/data.jsonl\n"
+                              "output_dir: ../outputs\n"
+                              "resume_from_checkpoint: ../outputs/checkpoint-5\n");
+  const RunConfig c = load_run_config(file);
+  EXPECT_EQ(c.base_model, dir_ / "models" / "llama");
+  EXPECT_EQ(c.lora_model_dir, dir_ / "configs" / "adapters" / "start");
+  ASSERT_EQ(c.datasets.size(), 2u);
+  EXPECT_EQ(c.datasets[0].path, dir_ / "configs" / "data.jsonl");
+  EXPECT_EQ(c.datasets[1].path, "/abs/data.jsonl");
+  EXPECT_EQ(c.output_dir, dir_ / "outputs");
+  EXPECT_EQ(c.resume_from_checkpoint, dir_ / "outputs" / "checkpoint-5");
+  // The default output_dir is ./outputs beside the config; --set paths resolve the same way.
+  const RunConfig d = load_run_config(file, {"output_dir=", "lora_model_dir=other"});
+  EXPECT_EQ(d.output_dir, dir_ / "configs" / "outputs");
+  EXPECT_EQ(d.lora_model_dir, dir_ / "configs" / "other");
+}
+
+TEST_F(RunConfigFileTest, MissingFileNamesIt) {
+  expect_error([&] { load_run_config(dir_ / "nope.yaml"); },
+               (dir_ / "nope.yaml").string() + ": cannot read the run config (No such file or directory); check the path");
+}
+
+TEST_F(RunConfigFileTest, ErrorsNameTheFileAsGiven) {
+  const fs::path file = write("configs/bad.yaml", "base_model: m\nlora_rank: 4\n");
+  expect_error([&] { load_run_config(file); },
+               file.string() + ":2:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?");
+}
+
+TEST(RunConfigTest, Overrides) {
+  // A scalar replaces the file's value; a list; a list of maps; later --set wins.
+  const RunConfig c = parse(kMinimal + "lora_r: 4\n",
+                            {"lora_r=16",
+                             "lora_target_modules=[q_proj,v_proj]",
+                             "datasets=[{path: data.jsonl, type: alpaca}, {path: b.jsonl}]",
+                             "seed=1",
+                             "seed=2",
+                             "learning_rate=3e-4",
+                             "bf16=auto",
+                             "deepspeed="});  // an unsupported key turned off is accepted
+  EXPECT_EQ(c.lora_r, 16);
+  EXPECT_EQ(c.lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  ASSERT_EQ(c.datasets.size(), 2u);
+  EXPECT_EQ(c.datasets[0], (DatasetConfig{"/cfg/run/data.jsonl", "alpaca", "text"}));
+  EXPECT_EQ(c.datasets[1].path, "/cfg/run/b.jsonl");
+  EXPECT_EQ(c.seed, 2);
+  EXPECT_EQ(c.learning_rate, 3e-4);
+  EXPECT_EQ(c.bf16, Bf16::automatic);
+  // An override may supply a key the file lacks, even a required one.
+  EXPECT_EQ(parse("lora_target_linear: true\n", {"base_model=/m"}).base_model, "/m");
+  // A value with '=' in it keeps everything after the first '='.
+  EXPECT_EQ(parse(kMinimal, {"output_dir=/runs/a=b"}).output_dir, "/runs/a=b");
+}
+
+// An axolotl example config (examples/llama-3/qlora.yml, paths made local) reads with no edits
+// beyond the paths: its blank and false unsupported keys ask for nothing.
+TEST(RunConfigTest, AxolotlStyleConfig) {
+  const RunConfig c = parse(R"(base_model: ./Meta-Llama-3-8B
+model_type: 
+tokenizer_type:
+load_in_8bit: false
+load_in_4bit: true
+strict: false
+bnb_config_kwargs:
+  bnb_4bit_quant_type: nf4
+  bnb_4bit_use_double_quant: true
+  llm_int8_has_fp16_weight: false
+datasets:
+  - path: alpaca_2k.jsonl
+    type: alpaca
+    split:
+dataset_prepared_path:
+val_set_size: 0
+output_dir: ./outputs/qlora-out
+adapter: qlora
+lora_model_dir:
+sequence_len: 4096
+sample_packing: true
+eval_sample_packing: false
+pad_to_sequence_len: false
+lora_r: 32
+lora_alpha: 16
+lora_dropout: 0.05
+lora_target_modules:
+lora_target_linear: true
+lora_fan_in_fan_out:
+wandb_project:
+wandb_entity:
+wandb_watch:
+wandb_name:
+wandb_log_model:
+gradient_accumulation_steps: 4
+micro_batch_size: 2
+num_epochs: 4
+optimizer: adamw_torch
+lr_scheduler: cosine
+learning_rate: 0.0002
+train_on_inputs: false
+group_by_length: false
+bf16: auto
+fp16:
+tf32: false
+gradient_checkpointing: true
+early_stopping_patience:
+resume_from_checkpoint:
+local_rank:
+logging_steps: 1
+xformers_attention:
+flash_attention: false
+warmup_ratio: 0.1
+debug:
+deepspeed:
+weight_decay: 0.0
+fsdp:
+fsdp_config:
+special_tokens:
+)");
+  EXPECT_EQ(c.base_model, "/cfg/run/Meta-Llama-3-8B");
+  EXPECT_EQ(c.adapter, "qlora");
+  EXPECT_EQ(c.bnb_4bit_quant_type, "nf4");
+  EXPECT_TRUE(c.bnb_4bit_use_double_quant);
+  EXPECT_TRUE(c.lora_target_modules.empty());
+  EXPECT_TRUE(c.lora_target_linear);
+  EXPECT_EQ(c.warmup_ratio, 0.1);
+  EXPECT_FALSE(c.resume_from_latest_checkpoint);
+}
+
+struct BadConfig {
+  std::string yaml;
+  std::vector<std::string> overrides;
+  std::string fragment;
+};
+
+// Most rows start from a valid head (lines 1 and 2), so their own text begins at line 3.
+const std::string kHead = "base_model: m\nlora_target_linear: true\n";
+
+TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
+  const std::vector<BadConfig> table = {
+      // unknown keys, with and without a suggestion
+      {kHead + "lora_rank: 16\n", {}, "run.yaml:3:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"},
+      {kHead + "learning_rte: 1e-4\n", {}, "run.yaml:3:1: learning_rte: unknown key 'learning_rte'; did you mean 'learning_rate'?"},
+      {kHead + "zzzzzz: 1\n", {}, "run.yaml:3:1: zzzzzz: unknown key 'zzzzzz'; the keys are listed in docs/CONFIG.md"},
+      // wrong types
+      {kHead + "lora_r: abc\n", {}, "run.yaml:3:9: lora_r: expected an integer, got 'abc'; use a rank of 1 or more"},
+      {kHead + "lora_r: 1.5\n", {}, "run.yaml:3:9: lora_r: expected an integer, got '1.5'"},
+      {kHead + "lora_r: +-5\n", {}, "run.yaml:3:9: lora_r: expected an integer, got '+-5'"},
+      {kHead + "lora_alpha: .inf\n", {}, "run.yaml:3:13: lora_alpha: expected a number, got '.inf'"},
+      {kHead + "lora_alpha: nan\n", {}, "run.yaml:3:13: lora_alpha: expected a number, got 'nan'"},
+      {kHead + "load_in_4bit: maybe\n", {}, "run.yaml:3:15: load_in_4bit: expected true or false, got 'maybe'"},
+      {kHead + "learning_rate: [1]\n", {}, "run.yaml:3:16: learning_rate: expected a number, got a list"},
+      {kHead + "lora_target_modules: q_proj\n", {}, "run.yaml:3:22: lora_target_modules: expected a list of module names, got 'q_proj'; write e.g. [q_proj, v_proj]"},
+      {kHead + "lora_target_modules: [q_proj, '.*_proj']\n", {}, "run.yaml:3:31: lora_target_modules[1]: '.*_proj' is not a module name"},
+      {kHead + "gradient_checkpointing: offload\n", {}, "run.yaml:3:25: gradient_checkpointing: expected true, false or every_kth, got 'offload'"},
+      {kHead + "bf16: maybe\n", {}, "bf16: expected true, false or auto, got 'maybe'"},
+      {kHead + "device: gpu\n", {}, "run.yaml:3:9: device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
+      {kHead + "device: cuda:x\n", {}, "device: expected auto, cpu, cuda or cuda:N, got 'cuda:x'"},
+      // ranges
+      {kHead + "lora_dropout: 1.5\n", {}, "run.yaml:3:15: lora_dropout: 1.5 is outside [0, 1); use a value from 0 (off) to below 1"},
+      {kHead + "lora_r: 0\n", {}, "run.yaml:3:9: lora_r: 0 must be >= 1; use a rank of 1 or more"},
+      {kHead + "learning_rate: -1e-4\n", {}, "learning_rate: -1e-4 must be > 0"},
+      {kHead + "bnb_4bit_blocksize: 8192\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 8192 is outside [32, 4096]"},
+      {kHead + "bnb_4bit_blocksize: 96\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 96 is not a power of 2"},
+      {kHead + "val_set_size: 2.5\n", {}, "run.yaml:3:15: val_set_size: 2.5 is neither a fraction in [0, 1) nor a whole number of rows >= 1"},
+      {kHead + "val_set_size: -0.1\n", {}, "val_set_size: -0.1 must be >= 0"},
+      {kHead + "max_steps: 0\n", {}, "run.yaml:3:12: max_steps: 0 is neither -1 (run num_epochs) nor a step count"},
+      {kHead + "output_dir: ''\n", {}, "run.yaml:3:13: output_dir: empty; set a folder"},
+      // choices
+      {kHead + "lr_scheduler: cosin\n", {}, "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
+      {kHead + "optimizer: paged_adamw_32bit\n", {}, "optimizer: 'paged_adamw_32bit' is not one of adamw_torch; use adamw_torch"},
+      {kHead + "bnb_4bit_quant_type: int4\n", {}, "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"},
+      // contradictions
+      {kHead + "load_in_4bit: true\nload_in_8bit: true\n", {}, "run.yaml:4:1: load_in_8bit: load_in_4bit (run.yaml:3:1) and load_in_8bit are both true"},
+      {kHead + "adapter: qlora\n", {}, "run.yaml:3:1: adapter: qlora needs load_in_4bit: true (it is false)"},
+      {kHead + "load_in_4bit: true\nadapter: lora\n", {}, "run.yaml:4:1: adapter: lora with load_in_4bit: true is QLoRA; write adapter: qlora"},
+      {kHead + "adapter:\n", {}, "run.yaml:3:1: adapter: blank (axolotl's full fine-tune); qtrain trains LoRA adapters only"},
+      {kHead + "bf16: true\nfp16: true\n", {}, "run.yaml:4:1: fp16: fp16 and bf16 (run.yaml:3:1) are both on; choose one"},
+      {kHead + "warmup_steps: 10\nwarmup_ratio: 0.1\n", {}, "run.yaml:4:1: warmup_ratio: warmup_steps (10, at run.yaml:3:1) and warmup_ratio are both set; keep one"},
+      {"base_model: m\nlora_target_modules: []\n", {}, "run.yaml:2:1: lora_target_modules: no LoRA target modules; list them"},
+      {"base_model: m\n", {}, "run.yaml: lora_target_modules: no LoRA target modules"},
+      {kHead + "gradient_checkpointing_every_k: 3\n", {}, "run.yaml:3:1: gradient_checkpointing_every_k: 3 has no effect unless gradient_checkpointing: every_kth"},
+      {kHead + "eval_steps: 10\n", {}, "run.yaml:3:1: eval_steps: evaluating every 10 steps needs held-out rows, but val_set_size is 0"},
+      // required keys
+      {"lora_target_linear: true\n", {}, "run.yaml: base_model: missing; set it to a local Hugging Face model folder"},
+      {"base_model: ''\nlora_target_linear: true\n", {}, "run.yaml:1:1: base_model: missing"},
+      // unsupported axolotl keys
+      {kHead + "deepspeed: deepspeed_configs/zero3.json\n", {}, "run.yaml:3:1: deepspeed: axolotl key 'deepspeed' is not supported by qtrain; qtrain's multi-GPU runs do not use DeepSpeed or FSDP"},
+      {kHead + "peft_use_dora: true\n", {}, "run.yaml:3:1: peft_use_dora: axolotl key 'peft_use_dora' is not supported by qtrain; DoRA is not supported"},
+      {kHead + "wandb_project: my-run\n", {}, "wandb_project: axolotl key 'wandb_project' is not supported by qtrain; qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
+      {kHead + "bnb_config_kwargs:\n  bnb_4bit_compute_dtype: bfloat16\n", {}, "run.yaml:4:3: bnb_config_kwargs.bnb_4bit_compute_dtype: qtrain reads only bnb_4bit_quant_type"},
+      // duplicates
+      {kHead + "lora_r: 8\nlora_r: 16\n", {}, "run.yaml:4:1: lora_r: duplicate key (first at run.yaml:3:1); keep one of them"},
+      {kHead + "bnb_4bit_quant_type: nf4\nbnb_config_kwargs: {bnb_4bit_quant_type: fp4}\n", {}, "run.yaml:4:21: bnb_config_kwargs.bnb_4bit_quant_type: duplicate key (first as bnb_4bit_quant_type at run.yaml:3:1)"},
+      // the file's shape
+      {kHead + "lora_target_modules: [q_proj\nlora_r: 8\n", {}, "run.yaml:4:7: invalid YAML: "},
+      {"", {}, "run.yaml: the file is empty; a run config is a YAML map"},
+      {"# nothing but a comment\n", {}, "run.yaml: the file is empty"},
+      {"- base_model: m\n", {}, "run.yaml:1:1: the top level is a list, not a map"},
+      {"just a sentence\n", {}, "run.yaml:1:1: the top level is a single value, not a map"},
+      {kHead + "---\nlora_r: 8\n", {}, "run.yaml: the file holds 2 YAML documents"},
+      // datasets
+      {kHead + "datasets:\n  - type: alpaca\n", {}, "run.yaml:4:5: datasets[0].path: missing; every dataset needs the path of a local file"},
+      {kHead + "datasets: data.jsonl\n", {}, "run.yaml:3:11: datasets: expected a list of datasets, got 'data.jsonl'"},
+      {kHead + "datasets:\n  - data.jsonl\n", {}, "run.yaml:4:5: datasets[0]: expected a map such as {path: data.jsonl, type: completion}"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    typ: alpaca\n", {}, "run.yaml:5:5: datasets[0].typ: unknown key 'typ'; did you mean 'type'?"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n", {}, "run.yaml:5:11: datasets[0].type: 'chat_template' is not one of completion, alpaca, pretokenized"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    field: text\n", {}, "run.yaml:6:5: datasets[0].field: field applies only to type: completion"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    split: train\n", {}, "run.yaml:5:5: datasets[0].split: axolotl key 'split' is not supported by qtrain"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    path: b.jsonl\n", {}, "run.yaml:5:5: datasets[0].path: duplicate key"},
+      // --set
+      {kHead, {"lora_r"}, "--set lora_r: expected key=value, got 'lora_r'; write e.g. --set lora_r=16"},
+      {kHead, {"=16"}, "--set =16: expected key=value"},
+      {kHead, {"lora_rank=16"}, "--set lora_rank=16: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"},
+      {kHead, {"lora_r=abc"}, "--set lora_r=abc: lora_r: expected an integer, got 'abc'"},
+      {kHead, {"lora_target_modules=[q_proj"}, "--set lora_target_modules=[q_proj: lora_target_modules: the value is not valid YAML"},
+      {kHead, {"datasets=[{type: alpaca}]"}, "--set datasets=[{type: alpaca}]: datasets[0].path: missing"},
+      {kHead, {"fsdp=[full_shard]"}, "--set fsdp=[full_shard]: fsdp: axolotl key 'fsdp' is not supported by qtrain"},
+  };
+  for (const BadConfig& row : table) {
+    SCOPED_TRACE(row.yaml + (row.overrides.empty() ? "" : " --set " + row.overrides[0]));
+    expect_error([&] { parse(row.yaml, row.overrides); }, row.fragment);
+  }
+  EXPECT_GE(table.size(), 15u);
+}
+
+TEST(RunConfigTest, RoundTripThroughToYaml) {
+  std::vector<RunConfig> configs = {parse(kMinimal), parse(kFull)};
+  // Strings that must not be read back as anything else, and the other forms of the union keys.
+  configs.push_back(parse(kMinimal, {"base_model=\"/models/a b: c # d \\\"q\\\" \\\\ e\"",
+                                     "lora_target_modules=[\"true\", \"1\", q_proj]",
+                                     "val_set_size=250",
+                                     "resume_from_checkpoint=true",
+                                     "gradient_checkpointing=false",
+                                     "bf16=true",
+                                     "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]"}));
+  EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
+  EXPECT_EQ(configs.back().datasets[0].field, "null");
+  for (const RunConfig& c : configs) {
+    const std::string text = to_yaml(c);
+    SCOPED_TRACE(text);
+    // Another base directory: to_yaml writes the resolved, absolute paths.
+    EXPECT_EQ(parse_run_config(text, "saved.yaml", "/elsewhere"), c);
+    EXPECT_EQ(to_yaml(parse_run_config(text, "saved.yaml", "/elsewhere")), text);
+  }
+}
+
+TEST(RunConfigTest, ToYamlWritesEveryKeyOnceInOrder) {
+  const YAML::Node root = YAML::Load(to_yaml(parse(kFull)));
+  std::vector<std::string> keys;
+  for (const auto& pair : root) {
+    keys.push_back(pair.first.Scalar());
+  }
+  EXPECT_EQ(keys, run_config_keys());
+}
+
+// docs/CONFIG.md must document every key the code reads and every axolotl key it refuses.
+TEST(RunConfigTest, DocsListEveryKey) {
+  const char* root = std::getenv("QTRAIN_SOURCE_DIR");
+  const fs::path repo =
+      root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  std::ifstream in(repo / "docs" / "CONFIG.md");
+  ASSERT_TRUE(in.good()) << "cannot read " << (repo / "docs" / "CONFIG.md");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string docs = text.str();
+  for (const std::string& key : run_config_keys()) {
+    EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
+  }
+  for (const std::string& key : unsupported_axolotl_keys()) {
+    EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
+  }
+  // The example config is valid.
+  const size_t begin = docs.find("```yaml\n");
+  ASSERT_NE(begin, std::string::npos) << "docs/CONFIG.md has no ```yaml example";
+  const size_t end = docs.find("```\n", begin + 8);
+  ASSERT_NE(end, std::string::npos);
+  const RunConfig example = parse_run_config(docs.substr(begin + 8, end - begin - 8), "CONFIG.md", "/cfg/run");
+  EXPECT_EQ(example.adapter, "qlora");
+  EXPECT_EQ(example.base_model, "/cfg/models/Meta-Llama-3-8B");
+  EXPECT_EQ(example.datasets.size(), 2u);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::config
