@@ -82,7 +82,8 @@ const std::vector<std::string> kKeys = {
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
 // were written at the top level.
 constexpr const char* kBnbKwargs = "bnb_config_kwargs";
-const std::vector<std::string> kBnbKwargsKeys = {"bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
+const std::vector<std::string> kBnbKwargsKeys = {
+    "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
 
 const std::vector<std::string> kDatasetKeys = {"path", "type", "field"};
 
@@ -228,10 +229,14 @@ struct Entry {
 // How a value looks in a message: scalars quoted as written, other nodes by kind.
 std::string shown(const YAML::Node& node) {
   switch (node.Type()) {
-    case YAML::NodeType::Scalar: return "'" + node.Scalar() + "'";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Map: return "a map";
-    default: return "nothing";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a map";
+    default:
+      return "nothing";
   }
 }
 
@@ -354,9 +359,7 @@ struct Range {
   bool lo_open = false;
   bool hi_open = false;
 
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
+  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
   std::string problem(const std::string& value) const {
     if (std::isinf(hi)) {
       return value + " must be " + (lo_open ? "> " : ">= ") + format_double(lo);
@@ -366,9 +369,15 @@ struct Range {
   }
 };
 
-Range at_least(double lo) { return Range{.lo = lo}; }
-Range above(double lo) { return Range{.lo = lo, .lo_open = true}; }
-Range unit_interval_open() { return Range{.lo = 0, .hi = 1, .hi_open = true}; }
+Range at_least(double lo) {
+  return Range{.lo = lo};
+}
+Range above(double lo) {
+  return Range{.lo = lo, .lo_open = true};
+}
+Range unit_interval_open() {
+  return Range{.lo = 0, .hi = 1, .hi_open = true};
+}
 
 // --- collecting entries ----------------------------------------------------------------------
 
@@ -774,12 +783,14 @@ RunConfig read_config(Reader& r) {
                                    "use a power of 2 from 32 to 4096 (64 is bitsandbytes' default)");
   if (const int64_t b = c.bnb_4bit_blocksize; (b & (b - 1)) != 0) {
     r.find("bnb_4bit_blocksize")
-        ->fail_value(std::to_string(b) + " is not a power of 2; use 32, 64, 128, ..., 4096 (64 is bitsandbytes' default)");
+        ->fail_value(std::to_string(b) +
+                     " is not a power of 2; use 32, 64, 128, ..., 4096 (64 is bitsandbytes' default)");
   }
-  c.llm_int8_threshold = r.number("llm_int8_threshold",
-                                  c.llm_int8_threshold,
-                                  at_least(0),
-                                  "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
+  c.llm_int8_threshold =
+      r.number("llm_int8_threshold",
+               c.llm_int8_threshold,
+               at_least(0),
+               "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
   c.int8_compute = r.choice("int8_compute", c.int8_compute, {"dequantize", "llm_int8"});
 
   // axolotl's `adapter:` left blank means a full fine-tune, which qtrain does not do; that must
@@ -823,8 +834,7 @@ RunConfig read_config(Reader& r) {
   if (c.max_steps == 0) {
     r.find("max_steps")->fail_value("0 is neither -1 (run num_epochs) nor a step count; use -1 or a count >= 1");
   }
-  c.learning_rate =
-      r.number("learning_rate", c.learning_rate, above(0), "use a positive rate, e.g. 2e-4 for LoRA");
+  c.learning_rate = r.number("learning_rate", c.learning_rate, above(0), "use a positive rate, e.g. 2e-4 for LoRA");
   c.lr_scheduler = r.choice("lr_scheduler", c.lr_scheduler, {"constant", "linear", "cosine"});
   c.warmup_steps = r.integer("warmup_steps", c.warmup_steps, at_least(0), "use 0 (no warmup) or a step count");
   c.warmup_ratio = r.number(
@@ -853,10 +863,8 @@ RunConfig read_config(Reader& r) {
                     " (activation offloading is not supported)");
     }
   }
-  c.gradient_checkpointing_every_k = r.integer("gradient_checkpointing_every_k",
-                                               c.gradient_checkpointing_every_k,
-                                               at_least(1),
-                                               "use 1 (every layer) or more");
+  c.gradient_checkpointing_every_k = r.integer(
+      "gradient_checkpointing_every_k", c.gradient_checkpointing_every_k, at_least(1), "use 1 (every layer) or more");
   if (const Entry* e = r.find_written("gradient_checkpointing_every_k");
       e && c.gradient_checkpointing_every_k != 1 && c.gradient_checkpointing != GradientCheckpointing::every_kth) {
     fail(e->key_place(),
@@ -924,9 +932,9 @@ RunConfig read_config(Reader& r) {
          "lora with load_in_4bit: true is QLoRA; write adapter: qlora, or remove load_in_4bit");
   }
   if (c.lora_target_modules.empty() && !c.lora_target_linear) {
-    const std::string key = r.find_written("lora_target_modules") ? "lora_target_modules"
+    const std::string key = r.find_written("lora_target_modules")  ? "lora_target_modules"
                             : r.find_written("lora_target_linear") ? "lora_target_linear"
-                                                                    : "lora_target_modules";
+                                                                   : "lora_target_modules";
     fail(r.place_of(key),
          key,
          "no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj]) "
@@ -978,11 +986,15 @@ std::string quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string boolean_text(bool v) { return v ? "true" : "false"; }
+std::string boolean_text(bool v) {
+  return v ? "true" : "false";
+}
 
 }  // namespace
 
-const std::vector<std::string>& run_config_keys() { return kKeys; }
+const std::vector<std::string>& run_config_keys() {
+  return kKeys;
+}
 
 const std::vector<std::string>& unsupported_axolotl_keys() {
   static const std::vector<std::string> keys = [] {
@@ -1082,15 +1094,27 @@ std::string to_yaml(const RunConfig& c) {
   line("weight_decay", format_double(c.weight_decay));
   line("max_grad_norm", format_double(c.max_grad_norm));
   switch (c.gradient_checkpointing) {
-    case GradientCheckpointing::off: line("gradient_checkpointing", "false"); break;
-    case GradientCheckpointing::every_layer: line("gradient_checkpointing", "true"); break;
-    case GradientCheckpointing::every_kth: line("gradient_checkpointing", "every_kth"); break;
+    case GradientCheckpointing::off:
+      line("gradient_checkpointing", "false");
+      break;
+    case GradientCheckpointing::every_layer:
+      line("gradient_checkpointing", "true");
+      break;
+    case GradientCheckpointing::every_kth:
+      line("gradient_checkpointing", "every_kth");
+      break;
   }
   line("gradient_checkpointing_every_k", std::to_string(c.gradient_checkpointing_every_k));
   switch (c.bf16) {
-    case Bf16::off: line("bf16", "false"); break;
-    case Bf16::on: line("bf16", "true"); break;
-    case Bf16::automatic: line("bf16", "auto"); break;
+    case Bf16::off:
+      line("bf16", "false");
+      break;
+    case Bf16::on:
+      line("bf16", "true");
+      break;
+    case Bf16::automatic:
+      line("bf16", "auto");
+      break;
   }
   line("fp16", boolean_text(c.fp16));
   line("device", c.device);
@@ -1101,7 +1125,7 @@ std::string to_yaml(const RunConfig& c) {
   line("eval_steps", std::to_string(c.eval_steps));
   line("seed", std::to_string(c.seed));
   line("resume_from_checkpoint",
-       c.resume_from_latest_checkpoint     ? "true"
+       c.resume_from_latest_checkpoint    ? "true"
        : c.resume_from_checkpoint.empty() ? "false"
                                           : quoted(c.resume_from_checkpoint.string()));
   line("use_tensorboard", boolean_text(c.use_tensorboard));

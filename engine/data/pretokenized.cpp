@@ -23,11 +23,11 @@ std::vector<int64_t> int_list(const nlohmann::json& row, const char* key, const 
 
 }  // namespace
 
-std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len) {
-  TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
+int64_t for_each_jsonl_row(const std::filesystem::path& path,
+                           const std::function<void(const nlohmann::json& row, const std::string& where)>& visit) {
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
-  std::vector<Sample> samples;
+  int64_t rows = 0;
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -38,7 +38,18 @@ std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, i
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, where, ": not valid JSON (", e.what(), "); each line must be one JSON object");
     }
-    TORCH_CHECK(row.is_object() && row.contains("input_ids"), where,
+    TORCH_CHECK(row.is_object(), where, ": each line must be one JSON object, found a JSON ", row.type_name());
+    visit(row, where);
+    ++rows;
+  }
+  return rows;
+}
+
+std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len) {
+  TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
+  std::vector<Sample> samples;
+  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+    TORCH_CHECK(row.contains("input_ids"), where,
                 ": a pre-tokenized row needs \"input_ids\"; for text rows give the dataset a type "
                 "(completion or alpaca)");
     Sample s;
@@ -56,27 +67,68 @@ std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, i
       s.labels.resize(sequence_len);
     }
     samples.push_back(std::move(s));
-  }
+  });
   TORCH_CHECK(!samples.empty(), path.string(), ": the dataset has no rows");
   return samples;
+}
+
+int64_t Batch::tokens() const {
+  const int64_t T = labels.size(1);
+  if (T < 2) return 0;
+  const auto next_labels = labels.slice(1, 1, T);
+  const auto same_segment = segment_ids.slice(1, 1, T) == segment_ids.slice(1, 0, T - 1);
+  return ((next_labels != -100) & same_segment).sum().item<int64_t>();
+}
+
+Batch make_batch_from_rows(const std::vector<Sample>& samples,
+                           const std::vector<std::vector<size_t>>& rows,
+                           int64_t width,
+                           int64_t pad_id) {
+  TORCH_CHECK(!rows.empty() && width > 0, "make_batch_from_rows: ", rows.size(), " rows of width ", width);
+  const auto batch = static_cast<int64_t>(rows.size());
+  auto ids = at::full({batch, width}, pad_id, at::kLong);
+  auto labels = at::full({batch, width}, int64_t{-100}, at::kLong);
+  auto positions = at::zeros({batch, width}, at::kLong);
+  auto segments = at::full({batch, width}, int64_t{-1}, at::kLong);
+  for (int64_t r = 0; r < batch; ++r) {
+    int64_t* id_row = ids.data_ptr<int64_t>() + r * width;
+    int64_t* label_row = labels.data_ptr<int64_t>() + r * width;
+    int64_t* position_row = positions.data_ptr<int64_t>() + r * width;
+    int64_t* segment_row = segments.data_ptr<int64_t>() + r * width;
+    int64_t offset = 0;
+    for (size_t k = 0; k < rows[r].size(); ++k) {
+      const size_t index = rows[r][k];
+      TORCH_CHECK(index < samples.size(), "make_batch_from_rows: sample ", index, " of ", samples.size());
+      const Sample& s = samples[index];
+      const auto len = static_cast<int64_t>(s.input_ids.size());
+      TORCH_CHECK(len > 0 && s.labels.size() == s.input_ids.size(), "make_batch_from_rows: sample ", index, " has ",
+                  len, " input_ids and ", s.labels.size(), " labels");
+      TORCH_CHECK(offset + len <= width, "make_batch_from_rows: the samples of row ", r, " need more than ", width,
+                  " tokens");
+      std::copy(s.input_ids.begin(), s.input_ids.end(), id_row + offset);
+      std::copy(s.labels.begin(), s.labels.end(), label_row + offset);
+      // See Note [Packed batch layout]: no loss across the boundary into this sample.
+      label_row[offset] = -100;
+      for (int64_t t = 0; t < len; ++t) {
+        position_row[offset + t] = t;
+        segment_row[offset + t] = static_cast<int64_t>(k);
+      }
+      offset += len;
+    }
+  }
+  return {ids, labels, positions, segments};
 }
 
 Batch make_batch(const std::vector<Sample>& samples, size_t begin, size_t end, int64_t pad_id) {
   TORCH_CHECK(begin < end && end <= samples.size(), "make_batch: bad range [", begin, ", ", end, ") of ",
               samples.size(), " samples");
   size_t longest = 0;
-  for (size_t i = begin; i < end; ++i) longest = std::max(longest, samples[i].input_ids.size());
-  const auto rows = static_cast<int64_t>(end - begin);
-  auto ids = at::full({rows, static_cast<int64_t>(longest)}, pad_id, at::kLong);
-  auto labels = at::full({rows, static_cast<int64_t>(longest)}, int64_t{-100}, at::kLong);
-  auto* id_ptr = ids.data_ptr<int64_t>();
-  auto* label_ptr = labels.data_ptr<int64_t>();
+  std::vector<std::vector<size_t>> rows;
   for (size_t i = begin; i < end; ++i) {
-    const auto& s = samples[i];
-    std::copy(s.input_ids.begin(), s.input_ids.end(), id_ptr + (i - begin) * longest);
-    std::copy(s.labels.begin(), s.labels.end(), label_ptr + (i - begin) * longest);
+    longest = std::max(longest, samples[i].input_ids.size());
+    rows.push_back({i});
   }
-  return {ids, labels};
+  return make_batch_from_rows(samples, rows, static_cast<int64_t>(longest), pad_id);
 }
 
 }  // namespace qtrain::engine::data

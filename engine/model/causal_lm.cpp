@@ -114,6 +114,10 @@ ops::RopeTables CausalLM::rope(int64_t seq_len) const {
                           dtype_);
 }
 
+ops::RopeTables CausalLM::rope(const at::Tensor& positions) const {
+  return ops::rope_tables(inv_freq_, positions.to(device_, at::kLong), dtype_);
+}
+
 at::Tensor CausalLM::final_norm(const at::Tensor& h) const {
   return ops::rms_norm(h, norm_, config_.rms_norm_eps);
 }

@@ -36,8 +36,9 @@ class CausalLM {
 
   // ids: int64 [B, T] -> [B, T, H] in the compute dtype.
   at::Tensor embed(const at::Tensor& ids) const;
-  // cos/sin for positions 0..T-1.
+  // cos/sin for positions 0..T-1 of every row, or for per-row `positions` (int64 [B, T]).
   ops::RopeTables rope(int64_t seq_len) const;
+  ops::RopeTables rope(const at::Tensor& positions) const;
   at::Tensor final_norm(const at::Tensor& h) const;
   // h: [B, T, H] after final_norm -> logits [B, T, V] in the compute dtype (for evaluation of
   // short inputs; training uses loss_sum, which never holds all logits).

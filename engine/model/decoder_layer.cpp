@@ -8,8 +8,9 @@
 
 namespace qtrain::engine::model {
 
-at::Tensor DecoderLayer::forward(const at::Tensor& h, const ops::RopeTables& rope, const ModelConfig& c,
+at::Tensor DecoderLayer::forward(const at::Tensor& h, const LayerInputs& inputs, const ModelConfig& c,
                                  bool training) const {
+  const auto& rope = inputs.rope;
   const int64_t b = h.size(0), t = h.size(1);
   const double eps = c.rms_norm_eps;
   // Attention. q: [B, T, nH, hd] -> [B, nH, T, hd].
@@ -23,7 +24,7 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h, const ops::RopeTables& rop
   }
   qh = ops::rope_apply(qh.transpose(1, 2), rope);
   kh = ops::rope_apply(kh.transpose(1, 2), rope);
-  auto attn = ops::causal_attention(qh, kh, vh.transpose(1, 2), sliding_window);
+  auto attn = ops::causal_attention(qh, kh, vh.transpose(1, 2), sliding_window, inputs.segments);
   auto h1 = h + o.forward(attn.transpose(1, 2).reshape({b, t, c.num_heads * c.head_dim}), training);
   // SwiGLU MLP.
   x = ops::rms_norm(h1, post_attn_norm, eps);

@@ -16,6 +16,12 @@
 
 namespace qtrain::engine::model {
 
+// What every layer of one step shares besides the hidden state.
+struct LayerInputs {
+  ops::RopeTables rope;
+  at::Tensor segments;  // int64 [B, T]: packed sample of each token, -1 on padding; undefined: one per row
+};
+
 struct DecoderLayer {
   int64_t index = 0;
   at::Tensor input_norm;      // [H]
@@ -25,8 +31,7 @@ struct DecoderLayer {
   std::optional<int64_t> sliding_window;
 
   // h: [B, T, H] in the compute dtype. Residual adds are out of place (a checkpoint saves h).
-  at::Tensor forward(const at::Tensor& h, const ops::RopeTables& rope, const ModelConfig& config,
-                     bool training) const;
+  at::Tensor forward(const at::Tensor& h, const LayerInputs& inputs, const ModelConfig& config, bool training) const;
 
   std::vector<const LinearLayer*> linears() const;
   std::vector<LinearLayer*> linears();

@@ -45,15 +45,22 @@ class RngStateGuard {
 
 }  // namespace
 
+namespace {
+// An empty segments tensor stands for "no segments": autograd rejects undefined inputs.
+model::LayerInputs layer_inputs(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments) {
+  return {ops::RopeTables{cos, sin}, segments.numel() > 0 ? segments : at::Tensor()};
+}
+}  // namespace
+
 at::Tensor CheckpointFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
-                                       const at::Tensor& cos, const at::Tensor& sin, at::TensorList params,
-                                       const CheckpointContext* context) {
+                                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments,
+                                       at::TensorList params, const CheckpointContext* context) {
   ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
   ctx->saved_data["rng"] = rng_state(h.device());
   ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
-  ctx->save_for_backward({h, cos, sin});
+  ctx->save_for_backward({h, cos, sin, segments});
   // apply() runs this under no-grad: nothing inside the layer is recorded or kept.
-  return context->layer->forward(h, ops::RopeTables{cos, sin}, *context->config, context->training);
+  return context->layer->forward(h, layer_inputs(cos, sin, segments), *context->config, context->training);
 }
 
 torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::AutogradContext* ctx,
@@ -69,7 +76,8 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   at::Tensor out;
   {
     RngStateGuard rng(h.device(), ctx->saved_data.at("rng").toTensor());
-    out = context->layer->forward(h_in, ops::RopeTables{saved[1], saved[2]}, *context->config, context->training);
+    out = context->layer->forward(h_in, layer_inputs(saved[1], saved[2], saved[3]), *context->config,
+                                  context->training);
   }
   ++*context->recomputed;
   // Differentiate the recomputed layer w.r.t. its input and its LoRA tensors and return the
@@ -89,14 +97,16 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   result.push_back(h_in.requires_grad() && !grads.empty() ? grads[next++] : at::Tensor());
   result.push_back(at::Tensor());  // cos
   result.push_back(at::Tensor());  // sin
+  result.push_back(at::Tensor());  // segments
   for (size_t i = 0; i < params.size(); ++i) result.push_back(grads.empty() ? at::Tensor() : grads[next++]);
   result.push_back(at::Tensor());  // context
   return result;
 }
 
-at::Tensor checkpointed_layer(const at::Tensor& h, const ops::RopeTables& rope, const CheckpointContext& ctx) {
+at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inputs, const CheckpointContext& ctx) {
   const auto params = ctx.layer->trainable_parameters();
-  return CheckpointFunction::apply(h, rope.cos, rope.sin, at::TensorList(params), &ctx);
+  const auto segments = inputs.segments.defined() ? inputs.segments : at::empty({0}, h.options().dtype(at::kLong));
+  return CheckpointFunction::apply(h, inputs.rope.cos, inputs.rope.sin, segments, at::TensorList(params), &ctx);
 }
 
 }  // namespace qtrain::engine::schedule

@@ -25,13 +25,15 @@ struct CheckpointContext {
   bool training = true;
 };
 
-// h: [B, T, H]; cos/sin: the rope tables. Returns the layer output; the graph it records is one
-// node.
-at::Tensor checkpointed_layer(const at::Tensor& h, const ops::RopeTables& rope, const CheckpointContext& ctx);
+// h: [B, T, H]. Returns the layer output; the graph it records is one node.
+at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inputs, const CheckpointContext& ctx);
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  // Tensor arguments: h, the rope tables, the segments (an empty tensor when unused), then the
+  // layer's LoRA tensors.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
-                            const at::Tensor& sin, at::TensorList params, const CheckpointContext* context);
+                            const at::Tensor& sin, const at::Tensor& segments, at::TensorList params,
+                            const CheckpointContext* context);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);
 };

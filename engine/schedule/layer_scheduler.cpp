@@ -50,7 +50,14 @@ ExecutionPlan LayerScheduler::prepare_eval() {
   return ExecutionPlan(false, std::vector<bool>(model_.config().num_layers, false));
 }
 
-at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, const ops::RopeTables& rope) {
+model::LayerInputs LayerScheduler::layer_inputs(const StepInputs& in) const {
+  model::LayerInputs out;
+  out.rope = in.position_ids.defined() ? model_.rope(in.position_ids) : model_.rope(in.input_ids.size(1));
+  if (in.segment_ids.defined()) out.segments = in.segment_ids.to(model_.device(), at::kLong);
+  return out;
+}
+
+at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, const model::LayerInputs& inputs) {
   TORCH_CHECK(plan.num_layers() == static_cast<int64_t>(model_.layers().size()), "the plan covers ", plan.num_layers(),
               " layers but the model has ", model_.layers().size());
   for (const auto& layer : model_.layers()) {
@@ -58,16 +65,16 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
     residency_->acquire(i);
     if (plan.training() && plan.checkpointed(i)) {
       contexts_.push_back(CheckpointContext{&layer, &model_.config(), residency_.get(), &recomputed_, true});
-      h = checkpointed_layer(h, rope, contexts_.back());
+      h = checkpointed_layer(h, inputs, contexts_.back());
     } else {
-      h = layer.forward(h, rope, model_.config(), plan.training());
+      h = layer.forward(h, inputs, model_.config(), plan.training());
     }
     residency_->release(i);
   }
   return h;
 }
 
-LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepInputs& inputs) {
   TORCH_CHECK(plan.training(), "a training step was given an eval plan; make it with prepare_training()");
   TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");
   contexts_.clear();
@@ -75,24 +82,24 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const at::Te
   stats_ = StepStats{plan.num_checkpointed(), 0, 0};
   const int64_t before = heap_in_use(model_.device());
   at::AutoGradMode grad(true);
-  auto h = run_layers(plan, model_.embed(ids), model_.rope(ids.size(1)));
-  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), labels);
+  auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_inputs(inputs));
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels);
   stats_.activation_bytes = heap_in_use(model_.device()) - before;
   return {sum, tokens};
 }
 
-LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const StepInputs& inputs) {
   TORCH_CHECK(!plan.training(), "eval_loss needs an eval plan; make it with prepare_eval()");
   at::NoGradGuard no_grad;
-  auto h = run_layers(plan, model_.embed(ids), model_.rope(ids.size(1)));
-  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), labels);
+  auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_inputs(inputs));
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels);
   return {sum, tokens};
 }
 
 at::Tensor LayerScheduler::eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids) {
   TORCH_CHECK(!plan.training(), "eval_hidden needs an eval plan; make it with prepare_eval()");
   at::NoGradGuard no_grad;
-  return model_.final_norm(run_layers(plan, model_.embed(ids), model_.rope(ids.size(1))));
+  return model_.final_norm(run_layers(plan, model_.embed(ids), layer_inputs(StepInputs{ids, {}, {}, {}})));
 }
 
 const StepStats& LayerScheduler::stats() const {

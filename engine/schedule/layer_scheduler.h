@@ -22,6 +22,15 @@ struct StepStats {
   int64_t activation_bytes = 0;     // memory the forward left allocated for backward (see layer_scheduler.cpp)
 };
 
+// One micro-batch. position_ids and segment_ids come with packed rows (several samples per
+// row); undefined means positions 0..T-1 and one sample per row.
+struct StepInputs {
+  at::Tensor input_ids;     // int64 [B, T]
+  at::Tensor labels;        // int64 [B, T], transformers' convention (shifted inside)
+  at::Tensor position_ids;  // int64 [B, T] or undefined
+  at::Tensor segment_ids;   // int64 [B, T] or undefined
+};
+
 struct LossResult {
   at::Tensor loss_sum;  // float32 scalar, differentiable
   int64_t tokens = 0;   // predicted tokens (labels != -100 after the shift)
@@ -37,10 +46,16 @@ class LayerScheduler {
   ExecutionPlan prepare_training(CheckpointPolicy policy, int64_t every_k = 1);
   ExecutionPlan prepare_eval();
 
-  // ids, labels: int64 [B, T]. A training plan is required; gradients are not computed here.
-  LossResult train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels);
+  // A training plan is required; gradients are not computed here.
+  LossResult train_forward(const ExecutionPlan& plan, const StepInputs& inputs);
+  LossResult train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+    return train_forward(plan, StepInputs{ids, labels, {}, {}});
+  }
   // No graph, no dropout; an eval plan is required. Returns the summed loss and token count.
-  LossResult eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels);
+  LossResult eval_loss(const ExecutionPlan& plan, const StepInputs& inputs);
+  LossResult eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
+    return eval_loss(plan, StepInputs{ids, labels, {}, {}});
+  }
   // Final-norm hidden states [B, T, H] (for logits), under an eval plan.
   at::Tensor eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids);
 
@@ -49,7 +64,8 @@ class LayerScheduler {
   model::CausalLM& model() { return model_; }
 
  private:
-  at::Tensor run_layers(const ExecutionPlan& plan, at::Tensor h, const ops::RopeTables& rope);
+  model::LayerInputs layer_inputs(const StepInputs& inputs) const;
+  at::Tensor run_layers(const ExecutionPlan& plan, at::Tensor h, const model::LayerInputs& inputs);
 
   model::CausalLM& model_;
   std::shared_ptr<WeightResidency> residency_;

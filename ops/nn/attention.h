@@ -10,8 +10,11 @@
 namespace qtrain::ops {
 
 // q: [B, heads, T, d]; k, v: [B, kv_heads, T, d] with heads % kv_heads == 0. Key j is visible to
-// query i iff j <= i and (no window or i - j < window). Returns [B, heads, T, d].
+// query i iff j <= i and (no window or i - j < window) and, with `segments` (int64 [B, T]: the
+// packed sample each token belongs to, -1 for padding), both are in the same segment. A padding
+// token sees only itself (a query that sees nothing would make softmax NaN). Returns
+// [B, heads, T, d].
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            std::optional<int64_t> sliding_window = std::nullopt);
+                            std::optional<int64_t> sliding_window = std::nullopt, const at::Tensor& segments = {});
 
 }  // namespace qtrain::ops

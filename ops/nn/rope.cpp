@@ -30,8 +30,11 @@ at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& s) {
 
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype) {
   // freqs[t, j] = pos[t] * inv_freq[j] (float32 outer product), emb = cat(freqs, freqs).
-  auto freqs = at::matmul(positions.to(at::kFloat).unsqueeze(1), inv_freq.to(positions.device()).unsqueeze(0));
+  TORCH_CHECK(positions.dim() == 1 || positions.dim() == 2, "rope: positions must be [T] or [B, T], got ",
+              positions.sizes());
+  auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.to(positions.device());
   auto emb = at::cat({freqs, freqs}, -1);
+  if (positions.dim() == 2) emb = emb.unsqueeze(1);  // [B, 1, T, dim]: broadcast over heads
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 

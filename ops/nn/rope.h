@@ -23,10 +23,11 @@ struct RopeScaling {
 at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& scaling);
 
 struct RopeTables {
-  at::Tensor cos;  // [T, dim] in the activation dtype
-  at::Tensor sin;  // [T, dim]
+  at::Tensor cos;  // [T, dim], or [B, 1, T, dim] for per-row positions; in the activation dtype
+  at::Tensor sin;
 };
-// positions: int64 [T]. Angles in float32, cos/sin cast to `dtype` (as transformers does).
+// positions: int64 [T], or [B, T] when each row has its own positions (packed samples restart
+// at 0). Angles in float32, cos/sin cast to `dtype` (as transformers does).
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype);
 
 // x: [B, heads, T, dim]; tables for the same T. Returns x * cos + rotate_half(x) * sin.

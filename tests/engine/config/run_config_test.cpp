@@ -7,7 +7,6 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -280,8 +279,9 @@ TEST_F(RunConfigFileTest, RelativePathsResolveAgainstTheConfigsDirectory) {
 }
 
 TEST_F(RunConfigFileTest, MissingFileNamesIt) {
-  expect_error([&] { load_run_config(dir_ / "nope.yaml"); },
-               (dir_ / "nope.yaml").string() + ": cannot read the run config (No such file or directory); check the path");
+  expect_error(
+      [&] { load_run_config(dir_ / "nope.yaml"); },
+      (dir_ / "nope.yaml").string() + ": cannot read the run config (No such file or directory); check the path");
 }
 
 TEST_F(RunConfigFileTest, ErrorsNameTheFileAsGiven) {
@@ -401,7 +401,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
   const std::vector<BadConfig> table = {
       // unknown keys, with and without a suggestion
       {kHead + "lora_rank: 16\n", {}, "run.yaml:3:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"},
-      {kHead + "learning_rte: 1e-4\n", {}, "run.yaml:3:1: learning_rte: unknown key 'learning_rte'; did you mean 'learning_rate'?"},
+      {kHead + "learning_rte: 1e-4\n",
+       {},
+       "run.yaml:3:1: learning_rte: unknown key 'learning_rte'; did you mean 'learning_rate'?"},
       {kHead + "zzzzzz: 1\n", {}, "run.yaml:3:1: zzzzzz: unknown key 'zzzzzz'; the keys are listed in docs/CONFIG.md"},
       // wrong types
       {kHead + "lora_r: abc\n", {}, "run.yaml:3:9: lora_r: expected an integer, got 'abc'; use a rank of 1 or more"},
@@ -411,48 +413,94 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "lora_alpha: nan\n", {}, "run.yaml:3:13: lora_alpha: expected a number, got 'nan'"},
       {kHead + "load_in_4bit: maybe\n", {}, "run.yaml:3:15: load_in_4bit: expected true or false, got 'maybe'"},
       {kHead + "learning_rate: [1]\n", {}, "run.yaml:3:16: learning_rate: expected a number, got a list"},
-      {kHead + "lora_target_modules: q_proj\n", {}, "run.yaml:3:22: lora_target_modules: expected a list of module names, got 'q_proj'; write e.g. [q_proj, v_proj]"},
-      {kHead + "lora_target_modules: [q_proj, '.*_proj']\n", {}, "run.yaml:3:31: lora_target_modules[1]: '.*_proj' is not a module name"},
-      {kHead + "gradient_checkpointing: offload\n", {}, "run.yaml:3:25: gradient_checkpointing: expected true, false or every_kth, got 'offload'"},
+      {kHead + "lora_target_modules: q_proj\n",
+       {},
+       "run.yaml:3:22: lora_target_modules: expected a list of module names, got 'q_proj'; write e.g. [q_proj, "
+       "v_proj]"},
+      {kHead + "lora_target_modules: [q_proj, '.*_proj']\n",
+       {},
+       "run.yaml:3:31: lora_target_modules[1]: '.*_proj' is not a module name"},
+      {kHead + "gradient_checkpointing: offload\n",
+       {},
+       "run.yaml:3:25: gradient_checkpointing: expected true, false or every_kth, got 'offload'"},
       {kHead + "bf16: maybe\n", {}, "bf16: expected true, false or auto, got 'maybe'"},
       {kHead + "device: gpu\n", {}, "run.yaml:3:9: device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
       {kHead + "device: cuda:x\n", {}, "device: expected auto, cpu, cuda or cuda:N, got 'cuda:x'"},
       // ranges
-      {kHead + "lora_dropout: 1.5\n", {}, "run.yaml:3:15: lora_dropout: 1.5 is outside [0, 1); use a value from 0 (off) to below 1"},
+      {kHead + "lora_dropout: 1.5\n",
+       {},
+       "run.yaml:3:15: lora_dropout: 1.5 is outside [0, 1); use a value from 0 (off) to below 1"},
       {kHead + "lora_r: 0\n", {}, "run.yaml:3:9: lora_r: 0 must be >= 1; use a rank of 1 or more"},
       {kHead + "learning_rate: -1e-4\n", {}, "learning_rate: -1e-4 must be > 0"},
       {kHead + "bnb_4bit_blocksize: 8192\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 8192 is outside [32, 4096]"},
       {kHead + "bnb_4bit_blocksize: 96\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 96 is not a power of 2"},
-      {kHead + "val_set_size: 2.5\n", {}, "run.yaml:3:15: val_set_size: 2.5 is neither a fraction in [0, 1) nor a whole number of rows >= 1"},
+      {kHead + "val_set_size: 2.5\n",
+       {},
+       "run.yaml:3:15: val_set_size: 2.5 is neither a fraction in [0, 1) nor a whole number of rows >= 1"},
       {kHead + "val_set_size: -0.1\n", {}, "val_set_size: -0.1 must be >= 0"},
       {kHead + "max_steps: 0\n", {}, "run.yaml:3:12: max_steps: 0 is neither -1 (run num_epochs) nor a step count"},
       {kHead + "output_dir: ''\n", {}, "run.yaml:3:13: output_dir: empty; set a folder"},
       // choices
-      {kHead + "lr_scheduler: cosin\n", {}, "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
-      {kHead + "optimizer: paged_adamw_32bit\n", {}, "optimizer: 'paged_adamw_32bit' is not one of adamw_torch; use adamw_torch"},
+      {kHead + "lr_scheduler: cosin\n",
+       {},
+       "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
+      {kHead + "optimizer: paged_adamw_32bit\n",
+       {},
+       "optimizer: 'paged_adamw_32bit' is not one of adamw_torch; use adamw_torch"},
       {kHead + "bnb_4bit_quant_type: int4\n", {}, "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"},
       // contradictions
-      {kHead + "load_in_4bit: true\nload_in_8bit: true\n", {}, "run.yaml:4:1: load_in_8bit: load_in_4bit (run.yaml:3:1) and load_in_8bit are both true"},
+      {kHead + "load_in_4bit: true\nload_in_8bit: true\n",
+       {},
+       "run.yaml:4:1: load_in_8bit: load_in_4bit (run.yaml:3:1) and load_in_8bit are both true"},
       {kHead + "adapter: qlora\n", {}, "run.yaml:3:1: adapter: qlora needs load_in_4bit: true (it is false)"},
-      {kHead + "load_in_4bit: true\nadapter: lora\n", {}, "run.yaml:4:1: adapter: lora with load_in_4bit: true is QLoRA; write adapter: qlora"},
-      {kHead + "adapter:\n", {}, "run.yaml:3:1: adapter: blank (axolotl's full fine-tune); qtrain trains LoRA adapters only"},
-      {kHead + "bf16: true\nfp16: true\n", {}, "run.yaml:4:1: fp16: fp16 and bf16 (run.yaml:3:1) are both on; choose one"},
-      {kHead + "warmup_steps: 10\nwarmup_ratio: 0.1\n", {}, "run.yaml:4:1: warmup_ratio: warmup_steps (10, at run.yaml:3:1) and warmup_ratio are both set; keep one"},
-      {"base_model: m\nlora_target_modules: []\n", {}, "run.yaml:2:1: lora_target_modules: no LoRA target modules; list them"},
+      {kHead + "load_in_4bit: true\nadapter: lora\n",
+       {},
+       "run.yaml:4:1: adapter: lora with load_in_4bit: true is QLoRA; write adapter: qlora"},
+      {kHead + "adapter:\n",
+       {},
+       "run.yaml:3:1: adapter: blank (axolotl's full fine-tune); qtrain trains LoRA adapters only"},
+      {kHead + "bf16: true\nfp16: true\n",
+       {},
+       "run.yaml:4:1: fp16: fp16 and bf16 (run.yaml:3:1) are both on; choose one"},
+      {kHead + "warmup_steps: 10\nwarmup_ratio: 0.1\n",
+       {},
+       "run.yaml:4:1: warmup_ratio: warmup_steps (10, at run.yaml:3:1) and warmup_ratio are both set; keep one"},
+      {"base_model: m\nlora_target_modules: []\n",
+       {},
+       "run.yaml:2:1: lora_target_modules: no LoRA target modules; list them"},
       {"base_model: m\n", {}, "run.yaml: lora_target_modules: no LoRA target modules"},
-      {kHead + "gradient_checkpointing_every_k: 3\n", {}, "run.yaml:3:1: gradient_checkpointing_every_k: 3 has no effect unless gradient_checkpointing: every_kth"},
-      {kHead + "eval_steps: 10\n", {}, "run.yaml:3:1: eval_steps: evaluating every 10 steps needs held-out rows, but val_set_size is 0"},
+      {kHead + "gradient_checkpointing_every_k: 3\n",
+       {},
+       "run.yaml:3:1: gradient_checkpointing_every_k: 3 has no effect unless gradient_checkpointing: every_kth"},
+      {kHead + "eval_steps: 10\n",
+       {},
+       "run.yaml:3:1: eval_steps: evaluating every 10 steps needs held-out rows, but val_set_size is 0"},
       // required keys
       {"lora_target_linear: true\n", {}, "run.yaml: base_model: missing; set it to a local Hugging Face model folder"},
       {"base_model: ''\nlora_target_linear: true\n", {}, "run.yaml:1:1: base_model: missing"},
       // unsupported axolotl keys
-      {kHead + "deepspeed: deepspeed_configs/zero3.json\n", {}, "run.yaml:3:1: deepspeed: axolotl key 'deepspeed' is not supported by qtrain; qtrain's multi-GPU runs do not use DeepSpeed or FSDP"},
-      {kHead + "peft_use_dora: true\n", {}, "run.yaml:3:1: peft_use_dora: axolotl key 'peft_use_dora' is not supported by qtrain; DoRA is not supported"},
-      {kHead + "wandb_project: my-run\n", {}, "wandb_project: axolotl key 'wandb_project' is not supported by qtrain; qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-      {kHead + "bnb_config_kwargs:\n  bnb_4bit_compute_dtype: bfloat16\n", {}, "run.yaml:4:3: bnb_config_kwargs.bnb_4bit_compute_dtype: qtrain reads only bnb_4bit_quant_type"},
+      {kHead + "deepspeed: deepspeed_configs/zero3.json\n",
+       {},
+       "run.yaml:3:1: deepspeed: axolotl key 'deepspeed' is not supported by qtrain; qtrain's multi-GPU runs do not "
+       "use DeepSpeed or FSDP"},
+      {kHead + "peft_use_dora: true\n",
+       {},
+       "run.yaml:3:1: peft_use_dora: axolotl key 'peft_use_dora' is not supported by qtrain; DoRA is not supported"},
+      {kHead + "wandb_project: my-run\n",
+       {},
+       "wandb_project: axolotl key 'wandb_project' is not supported by qtrain; qtrain does not log to W&B or MLflow; "
+       "use use_tensorboard: true"},
+      {kHead + "bnb_config_kwargs:\n  bnb_4bit_compute_dtype: bfloat16\n",
+       {},
+       "run.yaml:4:3: bnb_config_kwargs.bnb_4bit_compute_dtype: qtrain reads only bnb_4bit_quant_type"},
       // duplicates
-      {kHead + "lora_r: 8\nlora_r: 16\n", {}, "run.yaml:4:1: lora_r: duplicate key (first at run.yaml:3:1); keep one of them"},
-      {kHead + "bnb_4bit_quant_type: nf4\nbnb_config_kwargs: {bnb_4bit_quant_type: fp4}\n", {}, "run.yaml:4:21: bnb_config_kwargs.bnb_4bit_quant_type: duplicate key (first as bnb_4bit_quant_type at run.yaml:3:1)"},
+      {kHead + "lora_r: 8\nlora_r: 16\n",
+       {},
+       "run.yaml:4:1: lora_r: duplicate key (first at run.yaml:3:1); keep one of them"},
+      {kHead + "bnb_4bit_quant_type: nf4\nbnb_config_kwargs: {bnb_4bit_quant_type: fp4}\n",
+       {},
+       "run.yaml:4:21: bnb_config_kwargs.bnb_4bit_quant_type: duplicate key (first as bnb_4bit_quant_type at "
+       "run.yaml:3:1)"},
       // the file's shape
       {kHead + "lora_target_modules: [q_proj\nlora_r: 8\n", {}, "run.yaml:4:7: invalid YAML: "},
       {"", {}, "run.yaml: the file is empty; a run config is a YAML map"},
@@ -461,20 +509,36 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {"just a sentence\n", {}, "run.yaml:1:1: the top level is a single value, not a map"},
       {kHead + "---\nlora_r: 8\n", {}, "run.yaml: the file holds 2 YAML documents"},
       // datasets
-      {kHead + "datasets:\n  - type: alpaca\n", {}, "run.yaml:4:5: datasets[0].path: missing; every dataset needs the path of a local file"},
+      {kHead + "datasets:\n  - type: alpaca\n",
+       {},
+       "run.yaml:4:5: datasets[0].path: missing; every dataset needs the path of a local file"},
       {kHead + "datasets: data.jsonl\n", {}, "run.yaml:3:11: datasets: expected a list of datasets, got 'data.jsonl'"},
-      {kHead + "datasets:\n  - data.jsonl\n", {}, "run.yaml:4:5: datasets[0]: expected a map such as {path: data.jsonl, type: completion}"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    typ: alpaca\n", {}, "run.yaml:5:5: datasets[0].typ: unknown key 'typ'; did you mean 'type'?"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n", {}, "run.yaml:5:11: datasets[0].type: 'chat_template' is not one of completion, alpaca, pretokenized"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    field: text\n", {}, "run.yaml:6:5: datasets[0].field: field applies only to type: completion"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    split: train\n", {}, "run.yaml:5:5: datasets[0].split: axolotl key 'split' is not supported by qtrain"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    path: b.jsonl\n", {}, "run.yaml:5:5: datasets[0].path: duplicate key"},
+      {kHead + "datasets:\n  - data.jsonl\n",
+       {},
+       "run.yaml:4:5: datasets[0]: expected a map such as {path: data.jsonl, type: completion}"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    typ: alpaca\n",
+       {},
+       "run.yaml:5:5: datasets[0].typ: unknown key 'typ'; did you mean 'type'?"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n",
+       {},
+       "run.yaml:5:11: datasets[0].type: 'chat_template' is not one of completion, alpaca, pretokenized"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    field: text\n",
+       {},
+       "run.yaml:6:5: datasets[0].field: field applies only to type: completion"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    split: train\n",
+       {},
+       "run.yaml:5:5: datasets[0].split: axolotl key 'split' is not supported by qtrain"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    path: b.jsonl\n",
+       {},
+       "run.yaml:5:5: datasets[0].path: duplicate key"},
       // --set
       {kHead, {"lora_r"}, "--set lora_r: expected key=value, got 'lora_r'; write e.g. --set lora_r=16"},
       {kHead, {"=16"}, "--set =16: expected key=value"},
       {kHead, {"lora_rank=16"}, "--set lora_rank=16: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"},
       {kHead, {"lora_r=abc"}, "--set lora_r=abc: lora_r: expected an integer, got 'abc'"},
-      {kHead, {"lora_target_modules=[q_proj"}, "--set lora_target_modules=[q_proj: lora_target_modules: the value is not valid YAML"},
+      {kHead,
+       {"lora_target_modules=[q_proj"},
+       "--set lora_target_modules=[q_proj: lora_target_modules: the value is not valid YAML"},
       {kHead, {"datasets=[{type: alpaca}]"}, "--set datasets=[{type: alpaca}]: datasets[0].path: missing"},
       {kHead, {"fsdp=[full_shard]"}, "--set fsdp=[full_shard]: fsdp: axolotl key 'fsdp' is not supported by qtrain"},
   };
@@ -488,13 +552,14 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
 TEST(RunConfigTest, RoundTripThroughToYaml) {
   std::vector<RunConfig> configs = {parse(kMinimal), parse(kFull)};
   // Strings that must not be read back as anything else, and the other forms of the union keys.
-  configs.push_back(parse(kMinimal, {"base_model=\"/models/a b: c # d \\\"q\\\" \\\\ e\"",
-                                     "lora_target_modules=[\"true\", \"1\", q_proj]",
-                                     "val_set_size=250",
-                                     "resume_from_checkpoint=true",
-                                     "gradient_checkpointing=false",
-                                     "bf16=true",
-                                     "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]"}));
+  configs.push_back(parse(kMinimal,
+                          {"base_model=\"/models/a b: c # d \\\"q\\\" \\\\ e\"",
+                           "lora_target_modules=[\"true\", \"1\", q_proj]",
+                           "val_set_size=250",
+                           "resume_from_checkpoint=true",
+                           "gradient_checkpointing=false",
+                           "bf16=true",
+                           "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]"}));
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
   for (const RunConfig& c : configs) {
@@ -517,9 +582,7 @@ TEST(RunConfigTest, ToYamlWritesEveryKeyOnceInOrder) {
 
 // docs/CONFIG.md must document every key the code reads and every axolotl key it refuses.
 TEST(RunConfigTest, DocsListEveryKey) {
-  const char* root = std::getenv("QTRAIN_SOURCE_DIR");
-  const fs::path repo =
-      root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  const fs::path repo = QTRAIN_SOURCE_DIR;
   std::ifstream in(repo / "docs" / "CONFIG.md");
   ASSERT_TRUE(in.good()) << "cannot read " << (repo / "docs" / "CONFIG.md");
   std::ostringstream text;

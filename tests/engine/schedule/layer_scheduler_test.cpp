@@ -104,6 +104,53 @@ TEST(LayerScheduler, DropoutIsActiveInTrainingSoTheRngReplayMatters) {
   EXPECT_NE((other.loss_sum / other.tokens).item<double>(), a.loss.item<double>());
 }
 
+TEST(LayerScheduler, APackedRowGivesTheLossesOfItsSamplesSeparately) {
+  // Two samples in one row: positions restart and attention stays inside each sample, so the
+  // summed loss and the token count equal those of the samples run one by one. (The first label
+  // of a packed sample is -100: its token is not predicted from the previous sample.)
+  auto lm = load(QuantSpec::Kind::nf4, at::kFloat, 0.0);
+  LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_eval();
+  at::manual_seed(8);
+  const auto a = at::randint(0, 160, {1, 10}, at::kLong), b = at::randint(0, 160, {1, 14}, at::kLong);
+  const auto ra = scheduler.eval_loss(plan, a, a), rb = scheduler.eval_loss(plan, b, b);
+  auto labels = at::cat({a, b}, 1);
+  labels[0][10] = -100;
+  StepInputs packed{at::cat({a, b}, 1), labels,
+                    at::cat({at::arange(10, at::kLong), at::arange(14, at::kLong)}).unsqueeze(0),
+                    at::cat({at::zeros({10}, at::kLong), at::ones({14}, at::kLong)}).unsqueeze(0)};
+  const auto rp = scheduler.eval_loss(plan, packed);
+  EXPECT_EQ(rp.tokens, ra.tokens + rb.tokens);
+  EXPECT_NEAR(rp.loss_sum.item<double>(), (ra.loss_sum + rb.loss_sum).item<double>(), 1e-4);
+  // Padding after the samples changes nothing either.
+  StepInputs padded{at::cat({packed.input_ids, at::zeros({1, 3}, at::kLong)}, 1),
+                    at::cat({labels, at::full({1, 3}, -100, at::kLong)}, 1),
+                    at::cat({packed.position_ids, at::zeros({1, 3}, at::kLong)}, 1),
+                    at::cat({packed.segment_ids, at::full({1, 3}, -1, at::kLong)}, 1)};
+  const auto rpad = scheduler.eval_loss(plan, padded);
+  EXPECT_EQ(rpad.tokens, rp.tokens);
+  EXPECT_NEAR(rpad.loss_sum.item<double>(), rp.loss_sum.item<double>(), 1e-4);
+}
+
+TEST(LayerScheduler, PackedTrainingIsEqualWithAndWithoutCheckpointing) {
+  auto lm = load(QuantSpec::Kind::nf4, at::kFloat, 0.1);
+  at::manual_seed(9);
+  const auto ids = at::randint(0, 160, {2, 16}, at::kLong);
+  StepInputs in{ids, ids, at::arange(16, at::kLong).remainder(8).repeat({2, 1}),
+                (at::arange(16, at::kLong) / 8).repeat({2, 1})};
+  std::vector<at::Tensor> grads[2];
+  for (int ck = 0; ck < 2; ++ck) {
+    for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
+    LayerScheduler scheduler(lm);
+    const auto plan = scheduler.prepare_training(ck ? CheckpointPolicy::every_layer : CheckpointPolicy::none);
+    at::manual_seed(1);
+    const auto r = scheduler.train_forward(plan, in);
+    r.loss_sum.backward();
+    for (const auto& p : lm.trainable_parameters()) grads[ck].push_back(p.grad().clone());
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_TRUE(test::bitwise_equal(grads[0][i], grads[1][i])) << i;
+}
+
 TEST(LayerScheduler, TrainingWithAnEvalPlanIsAnError) {
   auto lm = load(QuantSpec::Kind::none, at::kFloat, 0.0);
   LayerScheduler scheduler(lm);

@@ -1,0 +1,31 @@
+// The built-in tokenizer of qtrain's demo model: one token per UTF-8 byte plus three specials.
+// It needs no vocabulary file, so the demo trains from plain text on a fresh machine; real
+// models bring a Hugging Face tokenizer.json (later).
+//
+// Ids: 0..255 are the bytes (id = byte value), 256 = BOS "<s>", 257 = EOS "</s>", 258 = PAD;
+// vocab_size() = 259.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qtrain::engine::data {
+
+class ByteTokenizer {
+ public:
+  // The bytes of `text`, no special tokens (callers add BOS/EOS where the format wants them).
+  // Any byte string is accepted: invalid UTF-8 round-trips unchanged.
+  std::vector<int64_t> encode(std::string_view text) const;
+  // Bytes back to text; BOS/EOS/PAD are written as "<s>", "</s>", "<pad>". An id outside the
+  // vocabulary is an error.
+  std::string decode(const std::vector<int64_t>& ids) const;
+
+  int64_t bos() const { return 256; }
+  int64_t eos() const { return 257; }
+  int64_t pad() const { return 258; }
+  int64_t vocab_size() const { return 259; }
+};
+
+}  // namespace qtrain::engine::data

@@ -1,0 +1,159 @@
+// See dataset.h.
+#include "engine/data/dataset.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+namespace qtrain::engine::data {
+namespace {
+
+// A string field of a text row. `optional`: absent or null reads as "" (alpaca's input);
+// otherwise missing and empty values are errors.
+std::string string_field(const nlohmann::json& row,
+                         const std::string& key,
+                         const std::string& where,
+                         const std::string& format_hint,
+                         bool optional = false) {
+  const auto it = row.find(key);
+  if (it == row.end() || it->is_null()) {
+    TORCH_CHECK(optional, where, ": missing \"", key, "\"; ", format_hint);
+    return {};
+  }
+  TORCH_CHECK(it->is_string(), where, ": \"", key, "\" must be a string, found ", it->type_name(), " ",
+              it->dump().substr(0, 60));
+  auto value = it->get<std::string>();
+  TORCH_CHECK(optional || !value.empty(), where, ": \"", key, "\" is empty; fill it in or remove the line");
+  return value;
+}
+
+std::string keys_of(const nlohmann::json& row) {
+  std::string keys;
+  for (const auto& [key, value] : row.items()) keys += (keys.empty() ? "" : ", ") + key;
+  return keys.empty() ? "none" : keys;
+}
+
+void append(std::vector<int64_t>& ids, std::vector<int64_t>& labels, const std::vector<int64_t>& tokens, bool train) {
+  ids.insert(ids.end(), tokens.begin(), tokens.end());
+  if (train) {
+    labels.insert(labels.end(), tokens.begin(), tokens.end());
+  } else {
+    labels.insert(labels.end(), tokens.size(), int64_t{-100});
+  }
+}
+
+std::vector<Sample> read_completion(const config::DatasetConfig& d, const ByteTokenizer& tokenizer) {
+  const std::string field = d.field.empty() ? "text" : d.field;
+  std::vector<Sample> samples;
+  for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
+    const auto hint = "a completion row holds its text in \"" + field + "\" (this row has keys: " + keys_of(row) +
+                      "); set the dataset's `field:` to the key that holds the text";
+    const auto text = string_field(row, field, where, hint);
+    Sample s;
+    append(s.input_ids, s.labels, {tokenizer.bos()}, true);
+    append(s.input_ids, s.labels, tokenizer.encode(text), true);
+    append(s.input_ids, s.labels, {tokenizer.eos()}, true);
+    samples.push_back(std::move(s));
+  });
+  return samples;
+}
+
+// As axolotl's InstructionPromptTokenizingStrategy: the prompt (with BOS) and the response (with
+// EOS) are tokenized separately and concatenated, so the label boundary is exactly the
+// prompt/response junction. With a byte tokenizer this equals tokenizing the whole text.
+std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const ByteTokenizer& tokenizer, bool train_on_inputs) {
+  static const std::string hint =
+      "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
+  std::vector<Sample> samples;
+  for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
+    const auto instruction = string_field(row, "instruction", where, hint);
+    const auto input = string_field(row, "input", where, hint, /*optional=*/true);
+    const auto output = string_field(row, "output", where, hint);
+    Sample s;
+    append(s.input_ids, s.labels, {tokenizer.bos()}, train_on_inputs);
+    append(s.input_ids, s.labels, tokenizer.encode(alpaca_prompt(instruction, input)), train_on_inputs);
+    append(s.input_ids, s.labels, tokenizer.encode(output), true);
+    append(s.input_ids, s.labels, {tokenizer.eos()}, true);
+    samples.push_back(std::move(s));
+  });
+  return samples;
+}
+
+bool is_jsonl(const std::filesystem::path& path) {
+  auto ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jsonl";
+}
+
+}  // namespace
+
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  // Byte for byte axolotl's prompters.AlpacaPrompter (style "instruct"): system prompt + "\n\n" + turn.
+  if (input.empty()) {
+    return "Below is an instruction that describes a task. Write a response that appropriately completes the "
+           "request.\n\n### Instruction:\n" +
+           instruction + "\n\n### Response:\n";
+  }
+  return "Below is an instruction that describes a task, paired with an input that provides further context. "
+         "Write a response that appropriately completes the request.\n\n### Instruction:\n" +
+         instruction + "\n\n### Input:\n" + input + "\n\n### Response:\n";
+}
+
+std::vector<Sample> load_dataset(const config::DatasetConfig& d,
+                                 const ByteTokenizer* tokenizer,
+                                 int64_t sequence_len,
+                                 bool train_on_inputs,
+                                 DatasetStats* stats) {
+  TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
+  const auto& path = d.path;
+  TORCH_CHECK(is_jsonl(path), path.string(), ": unsupported dataset file format '",
+              path.has_extension() ? path.extension().string() : "(no extension)",
+              "'; qtrain reads JSONL (a .jsonl file, one JSON object per line). A JSON list converts with "
+              "`jq -c '.[]' data.json > data.jsonl`");
+  const std::string type = d.type.empty() ? "pretokenized" : d.type;
+  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca", path.string(), ": dataset type '",
+              d.type, "' is not one of completion, alpaca, pretokenized");
+  TORCH_CHECK(type == "pretokenized" || tokenizer != nullptr, path.string(), ": dataset type '", d.type,
+              "' needs a tokenizer; this model has none built in yet (Hugging Face tokenizer.json support comes "
+              "later): use a pre-tokenized JSONL (rows with \"input_ids\")");
+
+  std::vector<Sample> samples;
+  if (type == "pretokenized") {
+    // Read whole, so that truncation is counted below like that of the text formats.
+    samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max());
+  } else if (type == "completion") {
+    samples = read_completion(d, *tokenizer);
+  } else {
+    samples = read_alpaca(d, *tokenizer, train_on_inputs);
+  }
+
+  DatasetStats s;
+  s.rows = static_cast<int64_t>(samples.size());
+  std::vector<Sample> kept;
+  kept.reserve(samples.size());
+  for (auto& sample : samples) {
+    if (static_cast<int64_t>(sample.input_ids.size()) > sequence_len) {
+      sample.input_ids.resize(sequence_len);
+      sample.labels.resize(sequence_len);
+      ++s.truncated;
+    }
+    // labels[0] is never predicted (position t predicts labels[t + 1]).
+    const bool predicts = std::any_of(sample.labels.begin() + 1, sample.labels.end(), [](int64_t l) { return l != -100; });
+    if (predicts) {
+      kept.push_back(std::move(sample));
+    } else {
+      ++s.dropped;
+    }
+  }
+  if (stats) *stats = s;
+  TORCH_CHECK(s.rows > 0, path.string(), ": the dataset has no rows");
+  TORCH_CHECK(!kept.empty(), path.string(), ": none of its ", s.rows, " samples has a token to predict within ",
+              "sequence_len ", sequence_len, " (prompts fill the window or labels are all -100); raise sequence_len",
+              type == "alpaca" ? " or set train_on_inputs: true" : "");
+  return kept;
+}
+
+}  // namespace qtrain::engine::data

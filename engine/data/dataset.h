@@ -1,0 +1,45 @@
+// Turns one `datasets:` entry of a run config into training samples: reads the JSONL file, renders
+// text rows with the format's prompt template, tokenizes them and builds the loss mask, the way
+// axolotl does for the same `type`, so that an axolotl dataset trains the same tokens here.
+//
+//   type "" / "pretokenized": rows with "input_ids" (and optional "labels"); see pretokenized.h.
+//   type "completion": row[field] (default "text") -> [BOS] text [EOS], every token trained.
+//   type "alpaca": {"instruction", "input" (optional), "output"} -> [BOS] prompt output [EOS] with
+//     axolotl's alpaca prompt (see dataset.cpp); the prompt is not trained unless train_on_inputs.
+//
+// Samples are truncated to sequence_len tokens (axolotl would split a long completion text into
+// chunks instead; qtrain keeps one sample per row). A sample left with nothing to predict (an
+// alpaca prompt that fills the whole window, a row whose labels are all -100) is dropped, and
+// counted in DatasetStats.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/data/byte_tokenizer.h"
+#include "engine/data/pretokenized.h"
+
+namespace qtrain::engine::data {
+
+// What loading did to the rows, for the caller to report.
+struct DatasetStats {
+  int64_t rows = 0;       // rows read from the file
+  int64_t truncated = 0;  // samples cut to sequence_len
+  int64_t dropped = 0;    // samples dropped because no token of them is predicted
+};
+
+// `tokenizer` is null when the model has none (text types are then an error). Every error names
+// the file and line, the field, the value and the fix.
+std::vector<Sample> load_dataset(const config::DatasetConfig& d,
+                                 const ByteTokenizer* tokenizer,
+                                 int64_t sequence_len,
+                                 bool train_on_inputs,
+                                 DatasetStats* stats = nullptr);
+
+// axolotl's alpaca prompt (prompters.AlpacaPrompter, style "instruct") up to and including
+// "### Response:\n"; `input` empty selects the variant without an input section.
+std::string alpaca_prompt(const std::string& instruction, const std::string& input);
+
+}  // namespace qtrain::engine::data

@@ -1,0 +1,51 @@
+// See clip_grad.h.
+#include "engine/train/clip_grad.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+namespace qtrain::engine::train {
+namespace {
+
+std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  return grads;
+}
+
+}  // namespace
+
+double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  at::NoGradGuard no_grad;
+  const auto grads = defined_grads(params);
+  if (grads.empty()) return 0.0;
+  const auto device = grads.front().device();
+  std::vector<at::Tensor> norms;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2).to(device));
+  const auto total_norm = at::linalg_vector_norm(at::stack(norms), 2);
+  // The one device-to-host sync of the step; the caller logs the norm anyway.
+  const double result = total_norm.item<double>();
+  if (max_norm > 0) {
+    // Python's `max_norm / (total_norm + 1e-6)` is Tensor.__rtruediv__: reciprocal, then multiply.
+    const auto clip_coef = at::reciprocal(total_norm + 1e-6) * max_norm;
+    const auto clip_coef_clamped = at::clamp(clip_coef, std::optional<at::Scalar>(), std::optional<at::Scalar>(1.0));
+    // Multiplied even when the coefficient is 1 (exact), as torch does: no branch on the value.
+    for (const auto& g : grads) g.mul_(clip_coef_clamped.to(g.device()));
+  }
+  return result;
+}
+
+bool grads_finite(const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
+  const auto grads = defined_grads(params);
+  if (grads.empty()) return true;
+  std::vector<at::Tensor> finite;
+  finite.reserve(grads.size());
+  for (const auto& g : grads) finite.push_back(at::isfinite(g).all().to(grads.front().device()));
+  return at::stack(finite).all().item<bool>();
+}
+
+}  // namespace qtrain::engine::train
