@@ -7,16 +7,21 @@
 
 #include "apps/eval_command.h"
 #include "apps/init_model_command.h"
+#include "apps/merge_command.h"
 #include "apps/quant_report.h"
 #include "apps/quantize_command.h"
+#include "apps/train_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qtrain: LoRA fine-tuning on a frozen quantized base (NF4/FP4/INT8), on libtorch"};
   app.require_subcommand(1);
   qtrain::apps::add_eval_command(app);
   qtrain::apps::add_init_model_command(app);
+  qtrain::apps::add_merge_command(app);
   qtrain::apps::add_quant_report_command(app);
   qtrain::apps::add_quantize_command(app);
+  int exit_code = 0;
+  qtrain::apps::add_train_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -28,5 +33,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qtrain: error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return exit_code;
 }

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The demo: builds qtrain (installing what is missing) and runs its main job on the built-in
-# default. Until the trainer lands this is `qtrain quant-report`: quantize a model-sized weight
-# (4096 x 14336, one Llama-3-8B MLP projection) to NF4, NF4 with double quant, FP4 and INT8, and
-# report the error, the size and the speed.
+# The demo: builds qtrain (installing what is missing), creates the built-in demo model on first
+# use, and fine-tunes it with configs/demo.yaml (QLoRA NF4 + gradient checkpointing on the
+# public-domain texts in data/demo). Extra arguments go to `qtrain train` (e.g. --set max_steps=20).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${QTRAIN_BUILD:-$root/build}"
 "$root/scripts/build.sh" --target qtrain
-"$build/apps/qtrain" quant-report "$@"
+qtrain="$build/apps/qtrain"
+if [ ! -f "$root/models/demo-llama/config.json" ]; then
+  "$qtrain" init-model --arch llama --preset demo --seed 0 --out "$root/models/demo-llama"
+fi
+"$qtrain" train "$root/configs/demo.yaml" "$@"

@@ -374,7 +374,8 @@ void save_peft_adapter(const fs::path& dir,
                        const lora::LoraConfig& config,
                        const std::map<std::string, lora::LoraAdapter>& adapters,
                        const std::string& base_model_name_or_path,
-                       at::ScalarType save_dtype) {
+                       at::ScalarType save_dtype,
+                       AdapterFolder folder) {
   // A trailing slash names the folder itself.
   fs::path target = dir.lexically_normal();
   if (target.filename().empty()) {
@@ -403,6 +404,18 @@ void save_peft_adapter(const fs::path& dir,
   }
   const std::string config_text =
       adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
+
+  if (folder == AdapterFolder::shared) {
+    // Beside other files (a training run's output_dir): each file is replaced atomically, the
+    // weights first, so a crash leaves the old adapter or new weights with an equal config.
+    fs::create_directories(target);
+    safetensors_save(target / kPeftWeightsFile, tensors);
+    const fs::path config_tmp = target / (std::string(kPeftConfigFile) + ".tmp");
+    write_file_synced(config_tmp, config_text);
+    fs::rename(config_tmp, target / kPeftConfigFile);
+    fsync_dir(target);
+    return;
+  }
 
   // An existing folder is swapped out whole, so it must not hold anything but an adapter.
   std::error_code ec;

@@ -41,11 +41,15 @@ inline constexpr const char* kPeftFormatVersion = "0.21.2";
 // whole, an existing `dir` may hold only adapter files (adapter_config.json,
 // adapter_model.safetensors, adapter_model.bin, README.md); anything else is an error, never
 // deleted.
+// `AdapterFolder::shared` writes the two adapter files into `dir` beside whatever else it holds
+// (a run's output_dir with its checkpoints and logs), replacing each file atomically.
+enum class AdapterFolder { own, shared };
 void save_peft_adapter(const std::filesystem::path& dir,
                        const lora::LoraConfig& config,
                        const std::map<std::string, lora::LoraAdapter>& adapters,
                        const std::string& base_model_name_or_path,
-                       at::ScalarType save_dtype = at::kFloat);
+                       at::ScalarType save_dtype = at::kFloat,
+                       AdapterFolder folder = AdapterFolder::own);
 
 struct LoadedAdapter {
   lora::LoraConfig config;

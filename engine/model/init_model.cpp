@@ -35,7 +35,7 @@ ModelConfig base_config(Architecture arch, int64_t vocab, int64_t hidden, int64_
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "small", "llama3-8b"};
+  return {"tiny", "demo", "small", "llama3-8b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
@@ -47,6 +47,8 @@ Architecture architecture_from_name(const std::string& name) {
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
   if (preset == "tiny") return base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+  // The demo model: the byte-level vocabulary of data::ByteTokenizer (256 bytes + BOS, EOS, PAD).
+  if (preset == "demo") return base_config(arch, 259, 256, 688, 4, 4, 2, 1024);
   if (preset == "small") return base_config(arch, 8192, 512, 1408, 8, 8, 4, 2048);
   if (preset == "llama3-8b") {
     auto c = base_config(arch, 128256, 4096, 14336, 32, 32, 8, 8192);

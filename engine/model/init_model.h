@@ -14,7 +14,8 @@
 
 namespace qtrain::engine::model {
 
-// Presets by name: "tiny" (2 layers, hidden 64), "small" (8 layers, hidden 512: CPU memory
+// Presets by name: "tiny" (2 layers, hidden 64), "demo" (4 layers, hidden 256, the 259-token
+// byte vocabulary of the built-in tokenizer), "small" (8 layers, hidden 512: CPU memory
 // benchmarks), "llama3-8b" (Llama-3-8B shapes, 32 layers, hidden 4096). Unknown names are an
 // error listing these.
 ModelConfig preset_config(Architecture arch, const std::string& preset);

@@ -10,17 +10,25 @@
 namespace qtrain::engine::train {
 namespace {
 
-// `!(x >= lo)` rather than `x < lo` so that NaN fails too.
+// Comparisons that hold for the allowed range, so that NaN fails too.
 void check_option(double value, double lo, double hi, bool hi_inclusive, const char* name) {
   const bool ok = value >= lo && (hi_inclusive ? value <= hi : value < hi);
-  TORCH_CHECK(ok, "AdamW: ", name, " is ", value, "; it must be in [", lo, ", ", hi, hi_inclusive ? "]" : ")",
+  TORCH_CHECK(ok,
+              "AdamW: ",
+              name,
+              " is ",
+              value,
+              "; it must be in [",
+              lo,
+              ", ",
+              hi,
+              hi_inclusive ? "]" : ")",
               " (check the optimizer settings of the run config)");
 }
 
 }  // namespace
 
-AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
-    : params_(std::move(params)), options_(options) {
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : params_(std::move(params)), options_(options) {
   const double inf = INFINITY;
   check_option(options_.lr, 0.0, inf, true, "lr");
   check_option(options_.beta1, 0.0, 1.0, false, "beta1");
@@ -33,9 +41,15 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
     const auto& p = params_[i];
     TORCH_CHECK(p.defined(), "AdamW: parameter ", i, " is an undefined tensor");
     // float32 only: the state is float32 and the update must match torch's float32 arithmetic.
-    TORCH_CHECK(p.scalar_type() == at::kFloat, "AdamW: parameter ", i, " is ", p.scalar_type(),
+    TORCH_CHECK(p.scalar_type() == at::kFloat,
+                "AdamW: parameter ",
+                i,
+                " is ",
+                p.scalar_type(),
                 "; qtrain trains parameters in float32 (keep LoRA weights float32)");
-    TORCH_CHECK(seen.insert(p.unsafeGetTensorImpl()).second, "AdamW: parameter ", i,
+    TORCH_CHECK(seen.insert(p.unsafeGetTensorImpl()).second,
+                "AdamW: parameter ",
+                i,
                 " is given twice; it would be updated twice per step");
     exp_avg_.push_back(at::zeros_like(p));
     exp_avg_sq_.push_back(at::zeros_like(p));
@@ -58,11 +72,20 @@ void AdamW::step(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& grad = params_[i].grad();
     if (!grad.defined()) continue;
-    TORCH_CHECK(grad.sizes() == params_[i].sizes() && grad.scalar_type() == at::kFloat, "AdamW::step: the grad of parameter ", i,
-                " is ", grad.scalar_type(), " ", grad.sizes(), " but the parameter is Float ", params_[i].sizes());
+    TORCH_CHECK(grad.sizes() == params_[i].sizes() && grad.scalar_type() == at::kFloat,
+                "AdamW::step: the grad of parameter ",
+                i,
+                " is ",
+                grad.scalar_type(),
+                " ",
+                grad.sizes(),
+                " but the parameter is Float ",
+                params_[i].sizes());
     any_grad = true;
   }
-  TORCH_CHECK(any_grad, "AdamW::step: none of the ", params_.size(),
+  TORCH_CHECK(any_grad,
+              "AdamW::step: none of the ",
+              params_.size(),
               " parameters has a grad (run backward before the optimizer step)");
 
   at::NoGradGuard no_grad;
@@ -104,20 +127,33 @@ std::vector<std::pair<std::string, at::Tensor>> AdamW::state_tensors() const {
 void AdamW::load_state_tensors(const std::map<std::string, at::Tensor>& state, const std::string& source) {
   const auto n = params_.size();
   const auto expected = [&] {
-    return c10::str("expected 'step', 'exp_avg.<i>' and 'exp_avg_sq.<i>' for i = 0 .. ", n - 1,
-                    " (the optimizer has ", n, " parameters)");
+    return c10::str("expected 'step', 'exp_avg.<i>' and 'exp_avg_sq.<i>' for i = 0 .. ",
+                    n - 1,
+                    " (the optimizer has ",
+                    n,
+                    " parameters)");
   };
   const auto find = [&](const std::string& key) -> const at::Tensor& {
     const auto it = state.find(key);
-    TORCH_CHECK(it != state.end(), source, ": the optimizer state has no '", key, "'; ", expected(),
+    TORCH_CHECK(it != state.end(),
+                source,
+                ": the optimizer state has no '",
+                key,
+                "'; ",
+                expected(),
                 ". Was it saved by a run with other LoRA targets or settings?");
     TORCH_CHECK(it->second.defined(), source, ": the optimizer state '", key, "' is an undefined tensor");
     return it->second;
   };
 
   const auto& step = find("step");
-  TORCH_CHECK(step.scalar_type() == at::kLong && step.dim() == 0, source, ": the optimizer state 'step' is ",
-              step.scalar_type(), " ", step.sizes(), "; expected an int64 scalar (shape [])");
+  TORCH_CHECK(step.scalar_type() == at::kLong && step.dim() == 0,
+              source,
+              ": the optimizer state 'step' is ",
+              step.scalar_type(),
+              " ",
+              step.sizes(),
+              "; expected an int64 scalar (shape [])");
   const int64_t steps = step.item<int64_t>();
   TORCH_CHECK(steps >= 0, source, ": the optimizer state 'step' is ", steps, "; a step count must be >= 0");
 
@@ -128,17 +164,35 @@ void AdamW::load_state_tensors(const std::map<std::string, at::Tensor>& state, c
     for (auto [prefix, out] : {std::pair{"exp_avg.", &exp_avg}, std::pair{"exp_avg_sq.", &exp_avg_sq}}) {
       const std::string key = prefix + std::to_string(i);
       const auto& t = find(key);
-      TORCH_CHECK(t.scalar_type() == at::kFloat, source, ": the optimizer state '", key, "' is ",
-                  t.scalar_type(), "; expected Float (float32)");
-      TORCH_CHECK(t.sizes() == params_[i].sizes(), source, ": the optimizer state '", key, "' has shape ",
-                  t.sizes(), " but parameter ", i, " has shape ", params_[i].sizes(),
+      TORCH_CHECK(t.scalar_type() == at::kFloat,
+                  source,
+                  ": the optimizer state '",
+                  key,
+                  "' is ",
+                  t.scalar_type(),
+                  "; expected Float (float32)");
+      TORCH_CHECK(t.sizes() == params_[i].sizes(),
+                  source,
+                  ": the optimizer state '",
+                  key,
+                  "' has shape ",
+                  t.sizes(),
+                  " but parameter ",
+                  i,
+                  " has shape ",
+                  params_[i].sizes(),
                   " (saved by a run with another LoRA rank or targets?)");
       out->push_back(at::empty_like(params_[i]).copy_(t));
       known.insert(key);
     }
   }
   for (const auto& [key, t] : state) {
-    TORCH_CHECK(known.contains(key), source, ": unexpected optimizer state tensor '", key, "'; ", expected(),
+    TORCH_CHECK(known.contains(key),
+                source,
+                ": unexpected optimizer state tensor '",
+                key,
+                "'; ",
+                expected(),
                 ". Was it saved by a run with other LoRA targets?");
   }
   exp_avg_ = std::move(exp_avg);

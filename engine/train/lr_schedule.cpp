@@ -44,7 +44,10 @@ LrScheduleType lr_schedule_type_from_name(const std::string& name) {
   if (name == "constant" || name == "constant_with_warmup") return LrScheduleType::constant;
   if (name == "linear") return LrScheduleType::linear;
   if (name == "cosine") return LrScheduleType::cosine;
-  TORCH_CHECK(false, "lr_scheduler '", name, "' is not supported; use one of constant, constant_with_warmup, ",
+  TORCH_CHECK(false,
+              "lr_scheduler '",
+              name,
+              "' is not supported; use one of constant, constant_with_warmup, ",
               "linear, cosine");
 }
 
@@ -62,7 +65,9 @@ const char* lr_schedule_type_name(LrScheduleType type) {
 
 int64_t warmup_steps_for(int64_t warmup_steps, double warmup_ratio, int64_t total_steps) {
   TORCH_CHECK(warmup_steps >= 0, "warmup_steps is ", warmup_steps, "; it must be >= 0");
-  TORCH_CHECK(warmup_ratio >= 0.0 && warmup_ratio <= 1.0, "warmup_ratio is ", warmup_ratio,
+  TORCH_CHECK(warmup_ratio >= 0.0 && warmup_ratio <= 1.0,
+              "warmup_ratio is ",
+              warmup_ratio,
               "; it must be in [0, 1] (a fraction of the total steps)");
   TORCH_CHECK(total_steps >= 0, "the total number of training steps is ", total_steps, "; it must be >= 0");
   if (warmup_steps > 0) return warmup_steps;

@@ -166,8 +166,8 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& log_dir) {
   const double now = wall_time_now();
   char stamp[32];
   std::snprintf(stamp, sizeof(stamp), "%010lld", static_cast<long long>(now));
-  const std::string base = std::string("events.out.tfevents.") + stamp + "." + hostname() + "." +
-                           std::to_string(::getpid()) + ".qtrain";
+  const std::string base =
+      std::string("events.out.tfevents.") + stamp + "." + hostname() + "." + std::to_string(::getpid()) + ".qtrain";
   // O_EXCL: an existing file (another writer in this second and process) is never truncated.
   int fd = -1;
   for (int attempt = 0; fd < 0; ++attempt) {
@@ -208,7 +208,8 @@ void TensorBoardWriter::add_scalar(const std::string& tag,
                                    double value,
                                    int64_t step,
                                    std::optional<double> wall_time) {
-  TORCH_CHECK(!tag.empty(), "TensorBoard scalar at step ", step, " has an empty tag; give it a name such as train/loss");
+  TORCH_CHECK(
+      !tag.empty(), "TensorBoard scalar at step ", step, " has an empty tag; give it a name such as train/loss");
   write_record(encode_scalar_event(wall_time.value_or(wall_time_now()), step, tag, static_cast<float>(value)));
 }
 

@@ -45,15 +45,12 @@ class TensorBoardWriter {
  public:
   // Creates `log_dir` (and parents) and the file, and writes the file-version record.
   explicit TensorBoardWriter(const std::filesystem::path& log_dir);
-  ~TensorBoardWriter();  // flushes; errors there are logged, not thrown
+  ~TensorBoardWriter();  // flushes; an error there becomes a c10 warning, not an exception
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // `value` is stored as a float (TensorBoard's simple_value); `wall_time` defaults to now.
-  void add_scalar(const std::string& tag,
-                  double value,
-                  int64_t step,
-                  std::optional<double> wall_time = std::nullopt);
+  void add_scalar(const std::string& tag, double value, int64_t step, std::optional<double> wall_time = std::nullopt);
   void flush();
 
   const std::filesystem::path& path() const { return path_; }

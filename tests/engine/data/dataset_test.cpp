@@ -145,7 +145,7 @@ TEST_F(DatasetTest, DropsSamplesWithNothingToPredict) {
   // With train_on_inputs the prompt itself is predicted: nothing is dropped.
   EXPECT_EQ(load_dataset(d, &tok_, prompt_len + 1, true).size(), 2u);
   // A pre-tokenized row whose labels are all -100 (apart from the never-predicted first one).
-  const auto p = file("{\"input_ids\": [1, 2], \"labels\": [1, -100]}\n{\"input_ids\": [3, 4]}\n", "");
+  const auto p = file("{\"input_ids\": [1, 2], \"labels\": [1, -100]}\n{\"input_ids\": [3, 4]}\n", "", "p.jsonl");
   EXPECT_EQ(load_dataset(p, nullptr, 8, false).size(), 1u);
 
   expect_error([&] { load_dataset(d, &tok_, 20, false); },

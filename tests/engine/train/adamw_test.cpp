@@ -67,13 +67,19 @@ const at::Tensor& ref_tensor(const Reference& ref, const std::string& name) {
   return it->second;
 }
 
-std::string index_name(const std::string& prefix, int64_t a) { return prefix + "." + std::to_string(a); }
+std::string index_name(const std::string& prefix, int64_t a) {
+  return prefix + "." + std::to_string(a);
+}
 std::string index_name(const std::string& prefix, int64_t a, int64_t b) {
   return index_name(prefix, a) + "." + std::to_string(b);
 }
 
-uint64_t bits(double x) { return std::bit_cast<uint64_t>(x); }
-uint32_t bits(float x) { return std::bit_cast<uint32_t>(x); }
+uint64_t bits(double x) {
+  return std::bit_cast<uint64_t>(x);
+}
+uint32_t bits(float x) {
+  return std::bit_cast<uint32_t>(x);
+}
 
 TEST(AdamWParity, TwentyFiveClippedScheduledStepsEqualTorchBitwise) {
   const auto& ref = adamw_reference();
@@ -104,8 +110,10 @@ TEST(AdamWParity, TwentyFiveClippedScheduledStepsEqualTorchBitwise) {
   int64_t clipped = 0;
   for (int64_t step = 0; step < kSteps; ++step) {
     const double lr = schedule.lr_at(step);
-    EXPECT_EQ(bits(lr), bits(lrs[step].item<double>())) << "step " << step << ": " << lr << " vs " << lrs[step].item<double>();
-    for (int64_t i = 0; i < kParams; ++i) params[i].mutable_grad() = ref_tensor(ref, index_name("grad", step, i)).clone();
+    EXPECT_EQ(bits(lr), bits(lrs[step].item<double>()))
+        << "step " << step << ": " << lr << " vs " << lrs[step].item<double>();
+    for (int64_t i = 0; i < kParams; ++i)
+      params[i].mutable_grad() = ref_tensor(ref, index_name("grad", step, i)).clone();
     const double norm = clip_grad_norm(params, 1.0);
     EXPECT_EQ(bits(static_cast<float>(norm)), bits(norms[step].item<float>()))
         << "step " << step << ": " << norm << " vs " << norms[step].item<float>();
@@ -131,7 +139,8 @@ TEST(AdamWParity, TwentyFiveClippedScheduledStepsEqualTorchBitwise) {
   for (int64_t i = 0; i < kParams; ++i) {
     EXPECT_TRUE(bitwise_equal(params[i].detach(), ref_tensor(ref, index_name("final", i)))) << i;
     for (const char* key : {"exp_avg", "exp_avg_sq"}) {
-      EXPECT_TRUE(bitwise_equal(by_name.at(index_name(key, i)), ref_tensor(ref, index_name(key, i)))) << key << i;
+      EXPECT_TRUE(bitwise_equal(by_name.at(index_name(key, i)), ref_tensor(ref, index_name(key, i))))
+          << key << "." << i;
     }
   }
 }

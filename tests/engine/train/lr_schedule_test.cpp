@@ -42,8 +42,7 @@ const Reference& schedules_reference() {
     fs::create_directories(dir);
     const fs::path script = fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/optim_reference.py";
     const std::string command = "'" + std::string(python) + "' '" + script.string() + "' schedules --out '" +
-                                (dir / "schedules.safetensors").string() + "' > '" + (dir / "log").string() +
-                                "' 2>&1";
+                                (dir / "schedules.safetensors").string() + "' > '" + (dir / "log").string() + "' 2>&1";
     if (std::system(command.c_str()) != 0) {
       std::stringstream log;
       log << std::ifstream(dir / "log").rdbuf();

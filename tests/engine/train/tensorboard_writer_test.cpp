@@ -29,7 +29,9 @@ std::string hex(const std::string& bytes) {
   return out;
 }
 
-uint32_t crc_of(const std::string& s) { return crc32c(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+uint32_t crc_of(const std::string& s) {
+  return crc32c(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
 uint32_t masked_crc_of(const std::string& s) {
   return masked_crc32c(reinterpret_cast<const uint8_t*>(s.data()), s.size());
 }

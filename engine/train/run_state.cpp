@@ -1,0 +1,119 @@
+// See run_state.h.
+#include "engine/train/run_state.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <regex>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/io/safetensors.h"
+
+namespace qtrain::engine::train {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kRngFile = "rng_state.safetensors";
+constexpr const char* kConfigFile = "run_config.yaml";
+
+void write_synced(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  TORCH_CHECK(fd >= 0, "cannot write ", path.string(), ": ", std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  TORCH_CHECK(ok, "cannot write ", path.string(), ": ", std::strerror(errno), " (is the disk full?)");
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+std::optional<int64_t> checkpoint_step(const fs::path& dir) {
+  static const std::regex name("checkpoint-([0-9]+)");
+  std::smatch m;
+  const auto base = dir.filename().string();
+  if (!std::regex_match(base, m, name) || !fs::exists(dir / kStateFile)) return std::nullopt;
+  return std::stoll(m[1]);
+}
+
+}  // namespace
+
+fs::path save_checkpoint(const fs::path& output_dir, const RunState& state, const AdamW& optimizer,
+                         const lora::LoraConfig& lora, const std::map<std::string, lora::LoraAdapter>& adapters,
+                         const std::string& base_model, const std::string& run_config_yaml) {
+  const auto final_dir = output_dir / ("checkpoint-" + std::to_string(state.global_step));
+  const auto tmp = output_dir / ("checkpoint-" + std::to_string(state.global_step) + ".tmp");
+  fs::remove_all(tmp);  // a leftover of a crash during an earlier write
+  fs::create_directories(tmp);
+  io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
+  io::safetensors_save(tmp / kOptimizerFile, optimizer.state_tensors());
+  std::vector<std::pair<std::string, at::Tensor>> rng = {{"cpu", state.rng_cpu}};
+  if (state.rng_cuda.defined()) rng.emplace_back("cuda", state.rng_cuda);
+  io::safetensors_save(tmp / kRngFile, rng);
+  const nlohmann::json j = {{"global_step", state.global_step},
+                            {"skipped_steps", state.skipped_steps},
+                            {"data_epoch", state.data.epoch},
+                            {"data_batch", state.data.batch},
+                            {"format", "qtrain-checkpoint-1"}};
+  write_synced(tmp / kConfigFile, run_config_yaml);
+  write_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
+  fsync_dir(tmp);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run reaching the same step
+  fs::rename(tmp, final_dir);
+  fsync_dir(output_dir);
+  return final_dir;
+}
+
+CheckpointContents load_checkpoint(const fs::path& dir) {
+  TORCH_CHECK(fs::exists(dir / kStateFile), dir.string(), " is not a complete qtrain checkpoint (no ", kStateFile,
+              "); point resume_from_checkpoint at an output_dir/checkpoint-N folder, or use true for the newest");
+  CheckpointContents c;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(std::ifstream(dir / kStateFile));
+    c.state.global_step = j.at("global_step").get<int64_t>();
+    c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
+    c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false, (dir / kStateFile).string(), ": not a valid trainer state (", e.what(), ")");
+  }
+  const auto rng = io::safetensors_load(dir / kRngFile);
+  c.state.rng_cpu = rng.at("cpu").clone();
+  if (rng.count("cuda")) c.state.rng_cuda = rng.at("cuda").clone();
+  for (auto& [k, v] : io::safetensors_load(dir / kOptimizerFile)) c.optimizer.emplace(k, v.clone());
+  auto adapter = io::load_peft_adapter(dir);
+  c.adapters = std::move(adapter.adapters);
+  c.lora = adapter.config;
+  return c;
+}
+
+std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  if (fs::is_directory(output_dir)) {
+    for (const auto& e : fs::directory_iterator(output_dir)) {
+      if (auto step = checkpoint_step(e.path())) found.emplace_back(*step, e.path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& [step, p] : found) out.push_back(p);
+  return out;
+}
+
+void prune_checkpoints(const fs::path& output_dir, int64_t keep) {
+  if (keep <= 0) return;
+  auto all = list_checkpoints(output_dir);
+  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i]);
+}
+
+}  // namespace qtrain::engine::train

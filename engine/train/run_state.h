@@ -1,0 +1,51 @@
+// A training run's state on disk: output_dir/checkpoint-N/ holds the adapter (PEFT files, so
+// peft loads a checkpoint as it is), the optimizer state, the RNG states, the data position and
+// the step. A checkpoint is written into checkpoint-N.tmp and renamed into place, so a crash
+// (even kill -9) during a write leaves every earlier checkpoint intact and loadable; names that
+// are not checkpoint-<digits> with a trainer_state.json are never taken for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/data/data_loader.h"
+#include "engine/io/peft_adapter.h"
+#include "engine/train/adamw.h"
+
+namespace qtrain::engine::train {
+
+struct RunState {
+  int64_t global_step = 0;      // optimizer steps done (skipped ones included)
+  int64_t skipped_steps = 0;    // steps skipped for a non-finite loss or gradient
+  data::DataLoader::Position data;
+  at::Tensor rng_cpu;           // the CPU generator's state
+  at::Tensor rng_cuda;          // the CUDA generator's state, or undefined
+};
+
+struct CheckpointContents {
+  RunState state;
+  std::map<std::string, at::Tensor> optimizer;  // AdamW::state_tensors()
+  std::map<std::string, lora::LoraAdapter> adapters;
+  lora::LoraConfig lora;
+};
+
+// Writes output_dir/checkpoint-<global_step> atomically (see the file comment); returns it.
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const RunState& state,
+                                      const AdamW& optimizer, const lora::LoraConfig& lora,
+                                      const std::map<std::string, lora::LoraAdapter>& adapters,
+                                      const std::string& base_model, const std::string& run_config_yaml);
+
+CheckpointContents load_checkpoint(const std::filesystem::path& dir);
+
+// The complete checkpoints in output_dir, oldest (lowest step) first.
+std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output_dir);
+// Deletes the oldest checkpoints until `keep` remain; keep <= 0 keeps all.
+void prune_checkpoints(const std::filesystem::path& output_dir, int64_t keep);
+
+}  // namespace qtrain::engine::train
