@@ -28,7 +28,10 @@ std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& 
   TORCH_CHECK(!c.datasets.empty(), "no data to evaluate: pass --data FILE.jsonl or list datasets in the config");
   std::vector<engine::data::Sample> all;
   for (const auto& d : c.datasets) {
-    TORCH_CHECK(d.type.empty() || d.type == "pretokenized", d.path.string(), ": dataset type '", d.type,
+    TORCH_CHECK(d.type.empty() || d.type == "pretokenized",
+                d.path.string(),
+                ": dataset type '",
+                d.type,
                 "' needs a tokenizer, which qtrain eval does not have yet; give it a pre-tokenized JSONL "
                 "(rows with input_ids) instead");
     auto s = engine::data::read_pretokenized_jsonl(d.path, c.sequence_len);
@@ -65,7 +68,8 @@ void run(const Options& o) {
   std::fprintf(stderr, "\n");
   TORCH_CHECK(tokens > 0, "the data has no predicted tokens (every label is -100 or every row has one token)");
   const double loss = loss_sum / static_cast<double>(tokens);
-  std::printf("%s\n", nlohmann::json{{"loss", loss}, {"tokens", tokens}, {"perplexity", std::exp(loss)}}.dump().c_str());
+  std::printf("%s\n",
+              nlohmann::json{{"loss", loss}, {"tokens", tokens}, {"perplexity", std::exp(loss)}}.dump().c_str());
 }
 
 }  // namespace

@@ -20,9 +20,15 @@ void run(const Options& o) {
   using namespace engine::model;
   const auto config = preset_config(architecture_from_name(o.arch), o.preset);
   const auto dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
-  std::fprintf(stderr, "init-model: %s %s (%lld layers, hidden %lld, vocab %lld), seed %llu -> %s\n", o.arch.c_str(),
-               o.preset.c_str(), static_cast<long long>(config.num_layers), static_cast<long long>(config.hidden_size),
-               static_cast<long long>(config.vocab_size), static_cast<unsigned long long>(o.seed), o.out.c_str());
+  std::fprintf(stderr,
+               "init-model: %s %s (%lld layers, hidden %lld, vocab %lld), seed %llu -> %s\n",
+               o.arch.c_str(),
+               o.preset.c_str(),
+               static_cast<long long>(config.num_layers),
+               static_cast<long long>(config.hidden_size),
+               static_cast<long long>(config.vocab_size),
+               static_cast<unsigned long long>(o.seed),
+               o.out.c_str());
   write_random_model(o.out, config, o.seed, dtype);
   std::printf("%s\n", o.out.c_str());
 }

@@ -2,8 +2,8 @@
 // what was wrong and how to fix it, and a non-zero exit code.
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include "apps/eval_command.h"
 #include "apps/init_model_command.h"

@@ -53,8 +53,11 @@ void run(const Options& o) {
   json.erase("quantization_config");
   json["dtype"] = o.dtype == "fp32" ? "float32" : "bfloat16";
   io::save_hf_folder(o.out, json, tensors);
-  std::fprintf(stderr, "merge: %zu adapted layers folded into %s (%s)\n", lora::lora_adapters(lm).size(),
-               o.out.c_str(), json["dtype"].get<std::string>().c_str());
+  std::fprintf(stderr,
+               "merge: %zu adapted layers folded into %s (%s)\n",
+               lora::lora_adapters(lm).size(),
+               o.out.c_str(),
+               json["dtype"].get<std::string>().c_str());
   std::printf("%s\n", o.out.c_str());
 }
 

@@ -61,8 +61,14 @@ struct Row {
 };
 
 void print_row(const Row& r) {
-  std::printf("%-14s %9.3f %12.5f %9.4f %11.1f %13.1f %11.1f\n", r.format.c_str(), r.bits_per_param, r.mean_abs_err,
-              r.rel_err, r.quantize_s * 1e3, r.dequantize_s * 1e3, r.dequant_gbps);
+  std::printf("%-14s %9.3f %12.5f %9.4f %11.1f %13.1f %11.1f\n",
+              r.format.c_str(),
+              r.bits_per_param,
+              r.mean_abs_err,
+              r.rel_err,
+              r.quantize_s * 1e3,
+              r.dequantize_s * 1e3,
+              r.dequant_gbps);
   std::fflush(stdout);
 }
 
@@ -71,15 +77,26 @@ void run(const Options& o) {
   const at::Device device(o.device);
   at::manual_seed(o.seed);
   std::printf("qtrain quant-report: weight [%lld, %lld] %s on %s, blocksize %lld, %d threads, best of %d\n",
-              static_cast<long long>(o.rows), static_cast<long long>(o.cols), o.dtype.c_str(),
-              device.str().c_str(), static_cast<long long>(o.blocksize), at::get_num_threads(), o.repeats);
+              static_cast<long long>(o.rows),
+              static_cast<long long>(o.cols),
+              o.dtype.c_str(),
+              device.str().c_str(),
+              static_cast<long long>(o.blocksize),
+              at::get_num_threads(),
+              o.repeats);
   // Llama-like weight statistics: Gaussian with a std of ~0.02.
   const auto w = (at::randn({o.rows, o.cols}, at::TensorOptions().device(device)) * 0.02).to(dtype);
   const double n = static_cast<double>(w.numel());
   const auto w32 = w.to(at::kFloat);
   const double w_abs_mean = w32.abs().mean().item<double>();
-  std::printf("%-14s %9s %12s %9s %11s %13s %11s\n", "format", "bits/par", "mean|err|", "rel err", "quant ms",
-              "dequant ms", "dequant GB/s");
+  std::printf("%-14s %9s %12s %9s %11s %13s %11s\n",
+              "format",
+              "bits/par",
+              "mean|err|",
+              "rel err",
+              "quant ms",
+              "dequant ms",
+              "dequant GB/s");
 
   auto report = [&](const std::string& name, double bytes, const at::Tensor& restored, double qs, double ds) {
     const double err = (restored.to(at::kFloat) - w32).abs().mean().item<double>();
@@ -98,8 +115,8 @@ void run(const Options& o) {
     report(name, static_cast<double>(q.nbytes()), restored, qs, ds);
   }
   std::unique_ptr<ops::Int8Weight> q8;
-  const double qs = best_seconds(device, o.repeats,
-                                 [&] { q8 = std::make_unique<ops::Int8Weight>(ops::Int8Weight::from_float(w)); });
+  const double qs =
+      best_seconds(device, o.repeats, [&] { q8 = std::make_unique<ops::Int8Weight>(ops::Int8Weight::from_float(w)); });
   at::Tensor restored;
   const double ds = best_seconds(device, o.repeats, [&] { restored = q8->dequantize(dtype); });
   report("int8", static_cast<double>(q8->nbytes()), restored, qs, ds);
@@ -113,12 +130,18 @@ void add_quant_report_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "quant-report",
       "Quantize a model-sized random weight to NF4, NF4 + double quant, FP4 and INT8 and report error, size and speed");
-  cmd->add_option("--rows", opts->rows, "weight rows (output features)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--cols", opts->cols, "weight columns (input features)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--rows", opts->rows, "weight rows (output features)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--cols", opts->cols, "weight columns (input features)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--blocksize", opts->blocksize, "4-bit blocksize (32..4096, power of two)")->capture_default_str();
   cmd->add_option("--dtype", opts->dtype, "weight dtype: bf16, fp16, fp32")->capture_default_str();
   cmd->add_option("--device", opts->device, "cpu or cuda[:N]")->capture_default_str();
-  cmd->add_option("--repeats", opts->repeats, "timed repetitions (best is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--repeats", opts->repeats, "timed repetitions (best is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed of the weight")->capture_default_str();
   cmd->callback([opts] { run(*opts); });
 }

@@ -22,12 +22,16 @@ struct Options {
 void run(const Options& o) {
   using namespace engine;
   auto c = config::load_run_config(o.config, o.sets);
-  TORCH_CHECK(c.load_in_4bit || c.load_in_8bit, o.config,
+  TORCH_CHECK(c.load_in_4bit || c.load_in_8bit,
+              o.config,
               ": quantize needs load_in_4bit: true or load_in_8bit: true in the config (or --set load_in_4bit=true)");
   c.device = "cpu";  // the file is written from host memory; quantization is the same bytes on any device
   const auto folder = io::HfFolder::open(c.base_model);
   const auto options = config::load_options(c);
-  std::fprintf(stderr, "quantize: %s -> %s (%s)\n", c.base_model.c_str(), o.out.c_str(),
+  std::fprintf(stderr,
+               "quantize: %s -> %s (%s)\n",
+               c.base_model.c_str(),
+               o.out.c_str(),
                c.load_in_4bit ? c.bnb_4bit_quant_type.c_str() : "int8");
   const auto lm = model::CausalLM::load(folder, options);
 
@@ -58,10 +62,11 @@ void run(const Options& o) {
   // Tokenizer and generation files travel with the weights.
   for (const auto& entry : std::filesystem::directory_iterator(c.base_model)) {
     const auto name = entry.path().filename().string();
-    const bool weights = name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "config.json";
+    const bool weights =
+        name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "config.json";
     if (entry.is_regular_file() && !weights) {
-      std::filesystem::copy_file(entry.path(), std::filesystem::path(o.out) / name,
-                                 std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::copy_file(
+          entry.path(), std::filesystem::path(o.out) / name, std::filesystem::copy_options::overwrite_existing);
     }
   }
   std::printf("%s\n", o.out.c_str());

@@ -25,7 +25,8 @@ std::vector<at::Tensor> stored_tensors(const Packed4bit& w) {
   return {w.packed, w.absmax};
 }
 
-Packed4bit packed_from_saved(const torch::autograd::AutogradContext& ctx, const torch::autograd::variable_list& saved,
+Packed4bit packed_from_saved(const torch::autograd::AutogradContext& ctx,
+                             const torch::autograd::variable_list& saved,
                              size_t first) {
   Packed4bit w;
   w.packed = saved[first];
@@ -48,8 +49,10 @@ Packed4bit packed_from_saved(const torch::autograd::AutogradContext& ctx, const 
 
 }  // namespace
 
-at::Tensor Linear4bitFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                       const std::optional<at::Tensor>& bias, const Packed4bit& weight) {
+at::Tensor Linear4bitFunction::forward(torch::autograd::AutogradContext* ctx,
+                                       const at::Tensor& x,
+                                       const std::optional<at::Tensor>& bias,
+                                       const Packed4bit& weight) {
   auto saved = stored_tensors(weight);
   ctx->save_for_backward(saved);
   ctx->saved_data["quant_type"] = static_cast<int64_t>(weight.quant_type);
@@ -66,7 +69,7 @@ at::Tensor Linear4bitFunction::forward(torch::autograd::AutogradContext* ctx, co
 torch::autograd::variable_list Linear4bitFunction::backward(torch::autograd::AutogradContext* ctx,
                                                             torch::autograd::variable_list grad_out) {
   const auto saved = ctx->get_saved_variables();  // throws if a packed tensor was overwritten
-  const auto& g = grad_out[0];                     // [..., out]
+  const auto& g = grad_out[0];                    // [..., out]
   at::Tensor grad_x, grad_bias;
   if (ctx->needs_input_grad(0)) {
     grad_x = at::matmul(g, dequantize_4bit(packed_from_saved(*ctx, saved, 0), g.scalar_type()));
@@ -78,8 +81,8 @@ torch::autograd::variable_list Linear4bitFunction::backward(torch::autograd::Aut
 }
 
 at::Tensor linear_4bit(const at::Tensor& x, const Packed4bit& weight, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(weight.shape.size() == 2, "linear_4bit: weight must be 2-D [out, in], got shape ",
-              at::IntArrayRef(weight.shape));
+  TORCH_CHECK(
+      weight.shape.size() == 2, "linear_4bit: weight must be 2-D [out, in], got shape ", at::IntArrayRef(weight.shape));
   weight.validate("linear_4bit: weight");
   check_linear_args(x, weight.shape[0], weight.shape[1], bias, "linear_4bit");
   return Linear4bitFunction::apply(x, defined_or_none(bias), weight);

@@ -17,8 +17,10 @@ namespace qtrain::ops {
 at::Tensor linear_4bit(const at::Tensor& x, const Packed4bit& weight, const std::optional<at::Tensor>& bias = {});
 
 struct Linear4bitFunction : public torch::autograd::Function<Linear4bitFunction> {
-  // Tensor arguments: x, bias (if any; an optional, since autograd rejects undefined inputs), then the weight's stored tensors.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+  // Tensor arguments: x, bias (if any; an optional, since autograd rejects undefined inputs), then the weight's stored
+  // tensors.
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
+                            const at::Tensor& x,
                             const std::optional<at::Tensor>& bias,
                             const Packed4bit& weight);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

@@ -11,8 +11,10 @@ namespace qtrain::ops {
 // save_for_backward), never a dequantized weight and not x. A recompute under checkpointing
 // reads the same CB/SCB; nothing here writes them (See Note [SCB is never guessed] in int8.cpp).
 
-at::Tensor LinearInt8Function::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                                       const std::optional<at::Tensor>& bias, const Int8Weight& weight,
+at::Tensor LinearInt8Function::forward(torch::autograd::AutogradContext* ctx,
+                                       const at::Tensor& x,
+                                       const std::optional<at::Tensor>& bias,
+                                       const Int8Weight& weight,
                                        Int8Compute compute,
                                        double threshold) {
   ctx->save_for_backward({weight.cb(), weight.scb()});
@@ -24,7 +26,7 @@ at::Tensor LinearInt8Function::forward(torch::autograd::AutogradContext* ctx, co
 torch::autograd::variable_list LinearInt8Function::backward(torch::autograd::AutogradContext* ctx,
                                                             torch::autograd::variable_list grad_out) {
   const auto saved = ctx->get_saved_variables();  // throws if CB or SCB was overwritten
-  const auto& g = grad_out[0];                     // [..., out]
+  const auto& g = grad_out[0];                    // [..., out]
   at::Tensor grad_x, grad_bias;
   if (ctx->needs_input_grad(0)) {
     const auto w = Int8Weight::from_quantized(saved[0], saved[1], "linear_int8 backward");
@@ -36,10 +38,16 @@ torch::autograd::variable_list LinearInt8Function::backward(torch::autograd::Aut
   return {grad_x, grad_bias, at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
-at::Tensor linear_int8(const at::Tensor& x, const Int8Weight& weight, const std::optional<at::Tensor>& bias,
-                       Int8Compute compute, double threshold) {
+at::Tensor linear_int8(const at::Tensor& x,
+                       const Int8Weight& weight,
+                       const std::optional<at::Tensor>& bias,
+                       Int8Compute compute,
+                       double threshold) {
   check_linear_args(x, weight.out_features(), weight.in_features(), bias, "linear_int8");
-  TORCH_CHECK(x.device() == weight.cb().device(), "linear_int8: x is on ", x.device(), " but the weight is on ",
+  TORCH_CHECK(x.device() == weight.cb().device(),
+              "linear_int8: x is on ",
+              x.device(),
+              " but the weight is on ",
               weight.cb().device());
   return LinearInt8Function::apply(x, defined_or_none(bias), weight, compute, threshold);
 }

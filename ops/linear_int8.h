@@ -22,14 +22,20 @@ enum class Int8Compute : uint8_t {
 
 // x: [..., in] float32/bf16/fp16; weight [out, in]; bias: [out] or none. Returns [..., out] in
 // x's dtype. Backward (both modes): grad_x = grad_y (CB * SCB / 127).
-at::Tensor linear_int8(const at::Tensor& x, const Int8Weight& weight, const std::optional<at::Tensor>& bias = {},
-                       Int8Compute compute = Int8Compute::dequantize, double threshold = 6.0);
+at::Tensor linear_int8(const at::Tensor& x,
+                       const Int8Weight& weight,
+                       const std::optional<at::Tensor>& bias = {},
+                       Int8Compute compute = Int8Compute::dequantize,
+                       double threshold = 6.0);
 
 struct LinearInt8Function : public torch::autograd::Function<LinearInt8Function> {
   // Tensor arguments: x, bias (if any; an optional, since autograd rejects undefined inputs), CB, SCB.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
+                            const at::Tensor& x,
                             const std::optional<at::Tensor>& bias,
-                            const Int8Weight& weight, Int8Compute compute, double threshold);
+                            const Int8Weight& weight,
+                            Int8Compute compute,
+                            double threshold);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);
 };

@@ -10,7 +10,9 @@ at::Device resolve_device(const std::string& device) {
   if (device == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   at::Device d(device);
   TORCH_CHECK(d.is_cpu() || d.is_cuda(), "device '", device, "' is not supported; use auto, cpu, cuda or cuda:N");
-  TORCH_CHECK(!d.is_cuda() || at::hasCUDA(), "device '", device,
+  TORCH_CHECK(!d.is_cuda() || at::hasCUDA(),
+              "device '",
+              device,
               "' was asked for but no CUDA device is available; use device: cpu or auto");
   return d;
 }

@@ -27,8 +27,14 @@ std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
     } else if (id == pad()) {
       text += "<pad>";
     } else {
-      TORCH_CHECK(false, "ByteTokenizer::decode: id ", id, " at position ", i, " is outside the vocabulary [0, ",
-                  vocab_size(), "); were these ids made by another tokenizer?");
+      TORCH_CHECK(false,
+                  "ByteTokenizer::decode: id ",
+                  id,
+                  " at position ",
+                  i,
+                  " is outside the vocabulary [0, ",
+                  vocab_size(),
+                  "); were these ids made by another tokenizer?");
     }
   }
   return text;

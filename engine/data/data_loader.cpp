@@ -64,13 +64,23 @@ std::vector<size_t> seeded_permutation(size_t n, uint64_t seed) {
 
 Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t seed) {
   const size_t n = samples.size();
-  TORCH_CHECK(std::isfinite(val_set_size) && val_set_size >= 0, "val_set_size must be a fraction in [0, 1) or a ",
-              "number of rows, got ", val_set_size);
-  TORCH_CHECK(val_set_size < 1 || val_set_size == std::floor(val_set_size), "val_set_size ", val_set_size,
+  TORCH_CHECK(std::isfinite(val_set_size) && val_set_size >= 0,
+              "val_set_size must be a fraction in [0, 1) or a ",
+              "number of rows, got ",
+              val_set_size);
+  TORCH_CHECK(val_set_size < 1 || val_set_size == std::floor(val_set_size),
+              "val_set_size ",
+              val_set_size,
               " is neither a fraction below 1 nor a whole number of rows; use e.g. 0.05 or 100");
   // The product in double, as Python computes it in train_test_split.
   const double wanted = val_set_size < 1 ? std::ceil(val_set_size * static_cast<double>(n)) : val_set_size;
-  TORCH_CHECK(wanted < static_cast<double>(n), "val_set_size ", val_set_size, " holds out ", wanted, " of the ", n,
+  TORCH_CHECK(wanted < static_cast<double>(n),
+              "val_set_size ",
+              val_set_size,
+              " holds out ",
+              wanted,
+              " of the ",
+              n,
               " samples and leaves none for training; lower val_set_size or add data");
   const auto held_out = static_cast<size_t>(wanted);
   Split split;
@@ -104,10 +114,22 @@ DataLoader::DataLoader(std::vector<Sample> samples,
   TORCH_CHECK(sequence_len_ >= 2, "sequence_len must be at least 2, got ", sequence_len_);
   for (size_t i = 0; i < samples_.size(); ++i) {
     const auto len = static_cast<int64_t>(samples_[i].input_ids.size());
-    TORCH_CHECK(len >= 1 && len <= sequence_len_, "DataLoader: sample ", i, " has ", len,
-                " tokens; samples need 1 to sequence_len (", sequence_len_, ") tokens (load_dataset truncates)");
-    TORCH_CHECK(samples_[i].labels.size() == samples_[i].input_ids.size(), "DataLoader: sample ", i, " has ", len,
-                " input_ids but ", samples_[i].labels.size(), " labels");
+    TORCH_CHECK(len >= 1 && len <= sequence_len_,
+                "DataLoader: sample ",
+                i,
+                " has ",
+                len,
+                " tokens; samples need 1 to sequence_len (",
+                sequence_len_,
+                ") tokens (load_dataset truncates)");
+    TORCH_CHECK(samples_[i].labels.size() == samples_[i].input_ids.size(),
+                "DataLoader: sample ",
+                i,
+                " has ",
+                len,
+                " input_ids but ",
+                samples_[i].labels.size(),
+                " labels");
   }
   if (packing_) {
     FirstFit fit(samples_.size(), sequence_len_);
@@ -157,8 +179,13 @@ Batch DataLoader::next() {
 }
 
 void DataLoader::seek(Position p) {
-  TORCH_CHECK(p.epoch >= 0 && p.batch >= 0 && p.batch < batches_per_epoch(), "DataLoader::seek: position (epoch ",
-              p.epoch, ", batch ", p.batch, ") is outside the data, which has ", batches_per_epoch(),
+  TORCH_CHECK(p.epoch >= 0 && p.batch >= 0 && p.batch < batches_per_epoch(),
+              "DataLoader::seek: position (epoch ",
+              p.epoch,
+              ", batch ",
+              p.batch,
+              ") is outside the data, which has ",
+              batches_per_epoch(),
               " batches per epoch; was the checkpoint saved with other data, micro_batch_size, sequence_len or "
               "sample_packing?");
   position_ = p;

@@ -23,7 +23,13 @@ std::string string_field(const nlohmann::json& row,
     TORCH_CHECK(optional, where, ": missing \"", key, "\"; ", format_hint);
     return {};
   }
-  TORCH_CHECK(it->is_string(), where, ": \"", key, "\" must be a string, found ", it->type_name(), " ",
+  TORCH_CHECK(it->is_string(),
+              where,
+              ": \"",
+              key,
+              "\" must be a string, found ",
+              it->type_name(),
+              " ",
               it->dump().substr(0, 60));
   auto value = it->get<std::string>();
   TORCH_CHECK(optional || !value.empty(), where, ": \"", key, "\" is empty; fill it in or remove the line");
@@ -65,8 +71,7 @@ std::vector<Sample> read_completion(const config::DatasetConfig& d, const ByteTo
 // EOS) are tokenized separately and concatenated, so the label boundary is exactly the
 // prompt/response junction. With a byte tokenizer this equals tokenizing the whole text.
 std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const ByteTokenizer& tokenizer, bool train_on_inputs) {
-  static const std::string hint =
-      "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
+  static const std::string hint = "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
   std::vector<Sample> samples;
   for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
     const auto instruction = string_field(row, "instruction", where, hint);
@@ -109,14 +114,22 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  DatasetStats* stats) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   const auto& path = d.path;
-  TORCH_CHECK(is_jsonl(path), path.string(), ": unsupported dataset file format '",
+  TORCH_CHECK(is_jsonl(path),
+              path.string(),
+              ": unsupported dataset file format '",
               path.has_extension() ? path.extension().string() : "(no extension)",
               "'; qtrain reads JSONL (a .jsonl file, one JSON object per line). A JSON list converts with "
               "`jq -c '.[]' data.json > data.jsonl`");
   const std::string type = d.type.empty() ? "pretokenized" : d.type;
-  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca", path.string(), ": dataset type '",
-              d.type, "' is not one of completion, alpaca, pretokenized");
-  TORCH_CHECK(type == "pretokenized" || tokenizer != nullptr, path.string(), ": dataset type '", d.type,
+  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca",
+              path.string(),
+              ": dataset type '",
+              d.type,
+              "' is not one of completion, alpaca, pretokenized");
+  TORCH_CHECK(type == "pretokenized" || tokenizer != nullptr,
+              path.string(),
+              ": dataset type '",
+              d.type,
               "' needs a tokenizer; this model has none built in yet (Hugging Face tokenizer.json support comes "
               "later): use a pre-tokenized JSONL (rows with \"input_ids\")");
 
@@ -141,7 +154,8 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
       ++s.truncated;
     }
     // labels[0] is never predicted (position t predicts labels[t + 1]).
-    const bool predicts = std::any_of(sample.labels.begin() + 1, sample.labels.end(), [](int64_t l) { return l != -100; });
+    const bool predicts =
+        std::any_of(sample.labels.begin() + 1, sample.labels.end(), [](int64_t l) { return l != -100; });
     if (predicts) {
       kept.push_back(std::move(sample));
     } else {
@@ -150,8 +164,14 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
   }
   if (stats) *stats = s;
   TORCH_CHECK(s.rows > 0, path.string(), ": the dataset has no rows");
-  TORCH_CHECK(!kept.empty(), path.string(), ": none of its ", s.rows, " samples has a token to predict within ",
-              "sequence_len ", sequence_len, " (prompts fill the window or labels are all -100); raise sequence_len",
+  TORCH_CHECK(!kept.empty(),
+              path.string(),
+              ": none of its ",
+              s.rows,
+              " samples has a token to predict within ",
+              "sequence_len ",
+              sequence_len,
+              " (prompts fill the window or labels are all -100); raise sequence_len",
               type == "alpaca" ? " or set train_on_inputs: true" : "");
   return kept;
 }

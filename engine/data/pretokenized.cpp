@@ -49,7 +49,8 @@ std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, i
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   std::vector<Sample> samples;
   for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
-    TORCH_CHECK(row.contains("input_ids"), where,
+    TORCH_CHECK(row.contains("input_ids"),
+                where,
                 ": a pre-tokenized row needs \"input_ids\"; for text rows give the dataset a type "
                 "(completion or alpaca)");
     Sample s;
@@ -57,8 +58,12 @@ std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, i
     TORCH_CHECK(!s.input_ids.empty(), where, ": \"input_ids\" is empty");
     if (row.contains("labels")) {
       s.labels = int_list(row, "labels", where);
-      TORCH_CHECK(s.labels.size() == s.input_ids.size(), where, ": \"labels\" has ", s.labels.size(),
-                  " entries but \"input_ids\" has ", s.input_ids.size());
+      TORCH_CHECK(s.labels.size() == s.input_ids.size(),
+                  where,
+                  ": \"labels\" has ",
+                  s.labels.size(),
+                  " entries but \"input_ids\" has ",
+                  s.input_ids.size());
     } else {
       s.labels = s.input_ids;
     }
@@ -101,10 +106,16 @@ Batch make_batch_from_rows(const std::vector<Sample>& samples,
       TORCH_CHECK(index < samples.size(), "make_batch_from_rows: sample ", index, " of ", samples.size());
       const Sample& s = samples[index];
       const auto len = static_cast<int64_t>(s.input_ids.size());
-      TORCH_CHECK(len > 0 && s.labels.size() == s.input_ids.size(), "make_batch_from_rows: sample ", index, " has ",
-                  len, " input_ids and ", s.labels.size(), " labels");
-      TORCH_CHECK(offset + len <= width, "make_batch_from_rows: the samples of row ", r, " need more than ", width,
-                  " tokens");
+      TORCH_CHECK(len > 0 && s.labels.size() == s.input_ids.size(),
+                  "make_batch_from_rows: sample ",
+                  index,
+                  " has ",
+                  len,
+                  " input_ids and ",
+                  s.labels.size(),
+                  " labels");
+      TORCH_CHECK(
+          offset + len <= width, "make_batch_from_rows: the samples of row ", r, " need more than ", width, " tokens");
       std::copy(s.input_ids.begin(), s.input_ids.end(), id_row + offset);
       std::copy(s.labels.begin(), s.labels.end(), label_row + offset);
       // See Note [Packed batch layout]: no loss across the boundary into this sample.
@@ -120,8 +131,14 @@ Batch make_batch_from_rows(const std::vector<Sample>& samples,
 }
 
 Batch make_batch(const std::vector<Sample>& samples, size_t begin, size_t end, int64_t pad_id) {
-  TORCH_CHECK(begin < end && end <= samples.size(), "make_batch: bad range [", begin, ", ", end, ") of ",
-              samples.size(), " samples");
+  TORCH_CHECK(begin < end && end <= samples.size(),
+              "make_batch: bad range [",
+              begin,
+              ", ",
+              end,
+              ") of ",
+              samples.size(),
+              " samples");
   size_t longest = 0;
   std::vector<std::vector<size_t>> rows;
   for (size_t i = begin; i < end; ++i) {

@@ -17,9 +17,13 @@ int64_t attach_new_lora(model::CausalLM& model, const LoraConfig& config, uint64
       ++adapted;
     }
   }
-  TORCH_CHECK(adapted > 0, "LoRA targets [", c10::Join(", ", config.target_modules),
+  TORCH_CHECK(adapted > 0,
+              "LoRA targets [",
+              c10::Join(", ", config.target_modules),
               "] match no linear layer of the model; its layers are named like ",
-              model.layers().at(0).q.name, " and ", model.layers().at(0).down.name,
+              model.layers().at(0).q.name,
+              " and ",
+              model.layers().at(0).down.name,
               " (use the last component, e.g. q_proj, or lora_target_linear: true)");
   return adapted;
 }
@@ -31,12 +35,25 @@ void attach_lora(model::CausalLM& model, const io::LoadedAdapter& adapter, const
   }
   for (const auto& [module, a] : adapter.adapters) {
     auto it = by_name.find(module);
-    TORCH_CHECK(it != by_name.end(), source, ": the adapter has weights for '", module,
+    TORCH_CHECK(it != by_name.end(),
+                source,
+                ": the adapter has weights for '",
+                module,
                 "', which is not a linear layer of this model (an adapter for another architecture?)");
     auto* linear = it->second;
-    TORCH_CHECK(a.in_features() == linear->in_features && a.out_features() == linear->out_features, source, ": ",
-                module, " adapter is [", a.out_features(), " x ", a.in_features(), "] but the layer is [",
-                linear->out_features, " x ", linear->in_features, "]");
+    TORCH_CHECK(a.in_features() == linear->in_features && a.out_features() == linear->out_features,
+                source,
+                ": ",
+                module,
+                " adapter is [",
+                a.out_features(),
+                " x ",
+                a.in_features(),
+                "] but the layer is [",
+                linear->out_features,
+                " x ",
+                linear->in_features,
+                "]");
     LoraAdapter copy = a;
     copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
     copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);

@@ -15,8 +15,12 @@ struct Loader {
   const LoadOptions& options;
 
   at::Tensor tensor(const std::string& name) const {
-    TORCH_CHECK(folder.contains(name), folder.dir().string(), ": tensor '", name,
-                "' is missing from the checkpoint; is the folder a complete ", "Hugging Face model?");
+    TORCH_CHECK(folder.contains(name),
+                folder.dir().string(),
+                ": tensor '",
+                name,
+                "' is missing from the checkpoint; is the folder a complete ",
+                "Hugging Face model?");
     return folder.tensor(name);
   }
 
@@ -35,12 +39,12 @@ struct Loader {
     const auto weight_name = module + ".weight";
     const auto bias = has_bias ? std::optional<at::Tensor>(plain(module + ".bias")) : optional_plain(module + ".bias");
     if (io::is_bnb_4bit(folder, weight_name)) {
-      return LinearLayer::from_weight(module, io::read_bnb_4bit(folder, weight_name).to(options.device), bias,
-                                      options.quant);
+      return LinearLayer::from_weight(
+          module, io::read_bnb_4bit(folder, weight_name).to(options.device), bias, options.quant);
     }
     if (io::is_bnb_int8(folder, weight_name)) {
-      return LinearLayer::from_weight(module, io::read_bnb_int8(folder, weight_name).to(options.device), bias,
-                                      options.quant);
+      return LinearLayer::from_weight(
+          module, io::read_bnb_int8(folder, weight_name).to(options.device), bias, options.quant);
     }
     return LinearLayer::make(module, tensor(weight_name).to(options.device), bias, options.quant, options.dtype);
   }
@@ -50,7 +54,9 @@ struct Loader {
 
 CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) {
   const auto t = options.dtype;
-  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "compute dtype ", t,
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+              "compute dtype ",
+              t,
               " is not supported; use float32, bfloat16 or float16");
   CausalLM m;
   m.config_ = ModelConfig::from_json(folder.config(), (folder.dir() / "config.json").string());
@@ -59,9 +65,15 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
   const Loader load{folder, options};
   const auto& c = m.config_;
   m.embed_ = load.plain("model.embed_tokens.weight");
-  TORCH_CHECK(m.embed_.size(0) == c.vocab_size && m.embed_.size(1) == c.hidden_size, folder.dir().string(),
-              ": model.embed_tokens.weight is ", m.embed_.sizes(), " but config.json says [", c.vocab_size, ", ",
-              c.hidden_size, "]");
+  TORCH_CHECK(m.embed_.size(0) == c.vocab_size && m.embed_.size(1) == c.hidden_size,
+              folder.dir().string(),
+              ": model.embed_tokens.weight is ",
+              m.embed_.sizes(),
+              " but config.json says [",
+              c.vocab_size,
+              ", ",
+              c.hidden_size,
+              "]");
   m.norm_ = load.plain("model.norm.weight");
   const bool tied = c.tie_word_embeddings || !folder.contains("lm_head.weight");
   m.lm_head_ = tied ? m.embed_ : load.plain("lm_head.weight");
@@ -86,14 +98,26 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
     l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
     l.sliding_window = c.sliding_window[i];
     const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
-    for (auto [lin, out, in] : {std::tuple{&l.q, q_out, c.hidden_size}, {&l.k, kv_out, c.hidden_size},
-                                {&l.v, kv_out, c.hidden_size}, {&l.o, c.hidden_size, q_out},
+    for (auto [lin, out, in] : {std::tuple{&l.q, q_out, c.hidden_size},
+                                {&l.k, kv_out, c.hidden_size},
+                                {&l.v, kv_out, c.hidden_size},
+                                {&l.o, c.hidden_size, q_out},
                                 {&l.gate, c.intermediate_size, c.hidden_size},
                                 {&l.up, c.intermediate_size, c.hidden_size},
                                 {&l.down, c.hidden_size, c.intermediate_size}}) {
-      TORCH_CHECK(lin->out_features == out && lin->in_features == in, folder.dir().string(), ": ", lin->name,
-                  ".weight is [", lin->out_features, ", ", lin->in_features, "] but config.json implies [", out, ", ",
-                  in, "]");
+      TORCH_CHECK(lin->out_features == out && lin->in_features == in,
+                  folder.dir().string(),
+                  ": ",
+                  lin->name,
+                  ".weight is [",
+                  lin->out_features,
+                  ", ",
+                  lin->in_features,
+                  "] but config.json implies [",
+                  out,
+                  ", ",
+                  in,
+                  "]");
     }
     m.layers_.push_back(std::move(l));
   }
@@ -101,17 +125,20 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
 }
 
 at::Tensor CausalLM::embed(const at::Tensor& ids) const {
-  TORCH_CHECK(ids.scalar_type() == at::kLong && ids.dim() == 2, "input ids must be int64 [batch, seq], got ",
-              ids.scalar_type(), " ", ids.sizes());
+  TORCH_CHECK(ids.scalar_type() == at::kLong && ids.dim() == 2,
+              "input ids must be int64 [batch, seq], got ",
+              ids.scalar_type(),
+              " ",
+              ids.sizes());
   TORCH_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < config_.vocab_size),
-              "a token id is outside the model's vocabulary [0, ", config_.vocab_size,
+              "a token id is outside the model's vocabulary [0, ",
+              config_.vocab_size,
               "): the data was tokenized for another model");
   return at::embedding(embed_, ids.to(device_));
 }
 
 ops::RopeTables CausalLM::rope(int64_t seq_len) const {
-  return ops::rope_tables(inv_freq_, at::arange(seq_len, at::TensorOptions().dtype(at::kLong).device(device_)),
-                          dtype_);
+  return ops::rope_tables(inv_freq_, at::arange(seq_len, at::TensorOptions().dtype(at::kLong).device(device_)), dtype_);
 }
 
 ops::RopeTables CausalLM::rope(const at::Tensor& positions) const {
@@ -127,14 +154,16 @@ at::Tensor CausalLM::logits(const at::Tensor& h) const {
 }
 
 std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at::Tensor& labels) const {
-  TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2), "labels ", labels.sizes(), " do not match the batch ",
+  TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
+              "labels ",
+              labels.sizes(),
+              " do not match the batch ",
               h.sizes().slice(0, 2));
   // Position t predicts label t+1; the last position predicts nothing.
   auto lab = labels.to(device_, at::kLong);
-  auto shifted = at::cat({lab.narrow(1, 1, lab.size(1) - 1),
-                          at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())},
-                         1)
-                     .reshape({-1});
+  auto shifted =
+      at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
+          .reshape({-1});
   const int64_t count = (shifted != ops::kIgnoreIndex).sum().item<int64_t>();
   auto sum = ops::chunked_cross_entropy_sum(h.reshape({-1, h.size(-1)}), lm_head_, shifted);
   return {sum, count};

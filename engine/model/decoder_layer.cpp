@@ -8,7 +8,9 @@
 
 namespace qtrain::engine::model {
 
-at::Tensor DecoderLayer::forward(const at::Tensor& h, const LayerInputs& inputs, const ModelConfig& c,
+at::Tensor DecoderLayer::forward(const at::Tensor& h,
+                                 const LayerInputs& inputs,
+                                 const ModelConfig& c,
                                  bool training) const {
   const auto& rope = inputs.rope;
   const int64_t b = h.size(0), t = h.size(1);

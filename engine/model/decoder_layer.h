@@ -24,8 +24,8 @@ struct LayerInputs {
 
 struct DecoderLayer {
   int64_t index = 0;
-  at::Tensor input_norm;      // [H]
-  at::Tensor post_attn_norm;  // [H]
+  at::Tensor input_norm;                     // [H]
+  at::Tensor post_attn_norm;                 // [H]
   std::optional<at::Tensor> q_norm, k_norm;  // [head_dim], Qwen3
   LinearLayer q, k, v, o, gate, up, down;
   std::optional<int64_t> sliding_window;

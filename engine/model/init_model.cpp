@@ -11,8 +11,14 @@ namespace {
 
 constexpr double kInitializerRange = 0.02;  // transformers' default initializer_range
 
-ModelConfig base_config(Architecture arch, int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
-                        int64_t heads, int64_t kv_heads, int64_t max_pos) {
+ModelConfig base_config(Architecture arch,
+                        int64_t vocab,
+                        int64_t hidden,
+                        int64_t intermediate,
+                        int64_t layers,
+                        int64_t heads,
+                        int64_t kv_heads,
+                        int64_t max_pos) {
   ModelConfig c;
   c.arch = arch;
   c.vocab_size = vocab;

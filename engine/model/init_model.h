@@ -23,7 +23,9 @@ std::vector<std::string> preset_names();
 Architecture architecture_from_name(const std::string& name);
 
 // Writes `config` with random weights (float32 or bfloat16 `dtype`) to `dir`, sharded above 2 GiB.
-void write_random_model(const std::filesystem::path& dir, const ModelConfig& config, uint64_t seed,
+void write_random_model(const std::filesystem::path& dir,
+                        const ModelConfig& config,
+                        uint64_t seed,
                         at::ScalarType dtype = at::kFloat);
 
 }  // namespace qtrain::engine::model

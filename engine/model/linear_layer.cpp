@@ -7,24 +7,34 @@
 
 namespace qtrain::engine::model {
 
-LinearLayer LinearLayer::make(std::string name, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                              const QuantSpec& quant, at::ScalarType dtype) {
+LinearLayer LinearLayer::make(std::string name,
+                              const at::Tensor& weight,
+                              const std::optional<at::Tensor>& bias,
+                              const QuantSpec& quant,
+                              at::ScalarType dtype) {
   TORCH_CHECK(weight.dim() == 2, name, ".weight must be 2-D [out, in], got ", weight.sizes());
   BaseWeight stored;
   switch (quant.kind) {
-    case QuantSpec::Kind::none: stored = weight.to(dtype).contiguous(); break;
+    case QuantSpec::Kind::none:
+      stored = weight.to(dtype).contiguous();
+      break;
     case QuantSpec::Kind::nf4:
     case QuantSpec::Kind::fp4:
       stored = ops::quantize_4bit(weight.contiguous(),
                                   quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4,
-                                  quant.blocksize, quant.double_quant);
+                                  quant.blocksize,
+                                  quant.double_quant);
       break;
-    case QuantSpec::Kind::int8: stored = ops::Int8Weight::from_float(weight.contiguous()); break;
+    case QuantSpec::Kind::int8:
+      stored = ops::Int8Weight::from_float(weight.contiguous());
+      break;
   }
   return from_weight(std::move(name), std::move(stored), bias ? std::optional(bias->to(dtype)) : std::nullopt, quant);
 }
 
-LinearLayer LinearLayer::from_weight(std::string name, BaseWeight weight, std::optional<at::Tensor> bias,
+LinearLayer LinearLayer::from_weight(std::string name,
+                                     BaseWeight weight,
+                                     std::optional<at::Tensor> bias,
                                      const QuantSpec& quant) {
   LinearLayer l;
   l.name = std::move(name);
@@ -32,7 +42,9 @@ LinearLayer LinearLayer::from_weight(std::string name, BaseWeight weight, std::o
     l.out_features = dense->size(0);
     l.in_features = dense->size(1);
   } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
-    TORCH_CHECK(q4->shape.size() == 2, l.name, ": a 4-bit linear weight must have a 2-D shape, got ",
+    TORCH_CHECK(q4->shape.size() == 2,
+                l.name,
+                ": a 4-bit linear weight must have a 2-D shape, got ",
                 at::IntArrayRef(q4->shape));
     l.out_features = q4->shape[0];
     l.in_features = q4->shape[1];
@@ -41,8 +53,12 @@ LinearLayer LinearLayer::from_weight(std::string name, BaseWeight weight, std::o
     l.in_features = std::get<ops::Int8Weight>(weight).in_features();
   }
   if (bias) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == l.out_features, l.name, ".bias must be [", l.out_features,
-                "], got ", bias->sizes());
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == l.out_features,
+                l.name,
+                ".bias must be [",
+                l.out_features,
+                "], got ",
+                bias->sizes());
   }
   l.weight = std::move(weight);
   l.bias = std::move(bias);

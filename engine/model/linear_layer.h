@@ -28,10 +28,15 @@ struct LinearLayer {
 
   // Builds the layer from a float weight [out, in], quantizing it as `quant` says. `dtype` is
   // the compute dtype a dense weight and the bias are kept in.
-  static LinearLayer make(std::string name, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
-                          const QuantSpec& quant, at::ScalarType dtype);
+  static LinearLayer make(std::string name,
+                          const at::Tensor& weight,
+                          const std::optional<at::Tensor>& bias,
+                          const QuantSpec& quant,
+                          at::ScalarType dtype);
   // From a weight already in its stored form (e.g. read quantized from a checkpoint).
-  static LinearLayer from_weight(std::string name, BaseWeight weight, std::optional<at::Tensor> bias,
+  static LinearLayer from_weight(std::string name,
+                                 BaseWeight weight,
+                                 std::optional<at::Tensor> bias,
                                  const QuantSpec& quant);
 
   // x: [..., in] -> [..., out] in x's dtype: base(x) + lora(x).

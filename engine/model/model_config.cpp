@@ -8,7 +8,10 @@ namespace {
 
 template <typename T>
 T required(const nlohmann::json& j, const char* key, const std::string& source) {
-  TORCH_CHECK(j.contains(key) && !j.at(key).is_null(), source, ": '", key,
+  TORCH_CHECK(j.contains(key) && !j.at(key).is_null(),
+              source,
+              ": '",
+              key,
               "' is missing; a Hugging Face config.json of a decoder model has it");
   try {
     return j.at(key).get<T>();
@@ -28,7 +31,8 @@ void read_rope(ModelConfig& c, const nlohmann::json& j, const std::string& sourc
   nlohmann::json params = nlohmann::json::object();
   if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
     params = j.at("rope_parameters");
-    TORCH_CHECK(!params.contains("full_attention") && !params.contains("sliding_attention"), source,
+    TORCH_CHECK(!params.contains("full_attention") && !params.contains("sliding_attention"),
+                source,
                 ": per-layer-type rope_parameters are not supported for this architecture");
   } else if (j.contains("rope_scaling") && j.at("rope_scaling").is_object()) {
     params = j.at("rope_scaling");
@@ -41,21 +45,29 @@ void read_rope(ModelConfig& c, const nlohmann::json& j, const std::string& sourc
   c.rope_scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
   c.rope_scaling.original_max_position_embeddings =
       optional_or<int64_t>(params, "original_max_position_embeddings", 8192);
-  TORCH_CHECK(type == "default" || type == "linear" || type == "llama3", source, ": rope type '", type,
+  TORCH_CHECK(type == "default" || type == "linear" || type == "llama3",
+              source,
+              ": rope type '",
+              type,
               "' is not supported; supported: default, linear, llama3");
-  TORCH_CHECK(optional_or<double>(params, "partial_rotary_factor", optional_or<double>(j, "partial_rotary_factor", 1.0)) ==
-                  1.0,
-              source, ": partial_rotary_factor other than 1.0 is not supported");
+  TORCH_CHECK(
+      optional_or<double>(params, "partial_rotary_factor", optional_or<double>(j, "partial_rotary_factor", 1.0)) == 1.0,
+      source,
+      ": partial_rotary_factor other than 1.0 is not supported");
 }
 
 }  // namespace
 
 std::string architecture_name(Architecture arch) {
   switch (arch) {
-    case Architecture::llama: return "llama";
-    case Architecture::mistral: return "mistral";
-    case Architecture::qwen2: return "qwen2";
-    case Architecture::qwen3: return "qwen3";
+    case Architecture::llama:
+      return "llama";
+    case Architecture::mistral:
+      return "mistral";
+    case Architecture::qwen2:
+      return "qwen2";
+    case Architecture::qwen3:
+      return "qwen3";
   }
   return "?";
 }
@@ -93,14 +105,21 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.qk_norm = c.arch == Architecture::qwen3;
   const auto act = optional_or<std::string>(j, "hidden_act", "silu");
   TORCH_CHECK(act == "silu", source, ": hidden_act '", act, "' is not supported for ", type, "; expected silu");
-  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                         {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_layers},
-                         {"num_attention_heads", c.num_heads}, {"num_key_value_heads", c.num_kv_heads},
+  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
+                         {"hidden_size", c.hidden_size},
+                         {"intermediate_size", c.intermediate_size},
+                         {"num_hidden_layers", c.num_layers},
+                         {"num_attention_heads", c.num_heads},
+                         {"num_key_value_heads", c.num_kv_heads},
                          {"head_dim", c.head_dim}}) {
     TORCH_CHECK(v > 0, source, ": ", name, " must be positive, got ", v);
   }
-  TORCH_CHECK(c.num_heads % c.num_kv_heads == 0, source, ": num_attention_heads ", c.num_heads,
-              " is not a multiple of num_key_value_heads ", c.num_kv_heads);
+  TORCH_CHECK(c.num_heads % c.num_kv_heads == 0,
+              source,
+              ": num_attention_heads ",
+              c.num_heads,
+              " is not a multiple of num_key_value_heads ",
+              c.num_kv_heads);
   TORCH_CHECK(c.head_dim % 2 == 0, source, ": head_dim ", c.head_dim, " must be even for rotary embeddings");
   read_rope(c, j, source);
 
@@ -110,11 +129,21 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   const auto window = optional_or<int64_t>(j, "sliding_window", 0);
   if (j.contains("layer_types") && j.at("layer_types").is_array()) {
     const auto& types = j.at("layer_types");
-    TORCH_CHECK(static_cast<int64_t>(types.size()) == c.num_layers, source, ": layer_types has ", types.size(),
-                " entries for ", c.num_layers, " layers");
+    TORCH_CHECK(static_cast<int64_t>(types.size()) == c.num_layers,
+                source,
+                ": layer_types has ",
+                types.size(),
+                " entries for ",
+                c.num_layers,
+                " layers");
     for (int64_t i = 0; i < c.num_layers; ++i) {
       const auto t = types[i].get<std::string>();
-      TORCH_CHECK(t == "full_attention" || t == "sliding_attention", source, ": layer_types[", i, "] = '", t,
+      TORCH_CHECK(t == "full_attention" || t == "sliding_attention",
+                  source,
+                  ": layer_types[",
+                  i,
+                  "] = '",
+                  t,
                   "' is not supported");
       if (t == "sliding_attention") {
         TORCH_CHECK(window > 0, source, ": layer ", i, " is sliding_attention but sliding_window is not set");

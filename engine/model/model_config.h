@@ -35,9 +35,9 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2 (always), Llama/Qwen3 with attention_bias
   bool o_bias = false;    // attention_bias on families that put it on o_proj too
   bool mlp_bias = false;
-  bool qk_norm = false;   // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  bool qk_norm = false;                                // Qwen3: RMSNorm over head_dim on q and k before RoPE
   std::vector<std::optional<int64_t>> sliding_window;  // per layer; nullopt = full attention
-  nlohmann::json raw;     // the file as read, for writing it back unchanged
+  nlohmann::json raw;                                  // the file as read, for writing it back unchanged
 
   // `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

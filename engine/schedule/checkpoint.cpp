@@ -52,9 +52,13 @@ model::LayerInputs layer_inputs(const at::Tensor& cos, const at::Tensor& sin, co
 }
 }  // namespace
 
-at::Tensor CheckpointFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
-                                       const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments,
-                                       at::TensorList params, const CheckpointContext* context) {
+at::Tensor CheckpointFunction::forward(torch::autograd::AutogradContext* ctx,
+                                       const at::Tensor& h,
+                                       const at::Tensor& cos,
+                                       const at::Tensor& sin,
+                                       const at::Tensor& segments,
+                                       at::TensorList params,
+                                       const CheckpointContext* context) {
   ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
   ctx->saved_data["rng"] = rng_state(h.device());
   ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
@@ -76,8 +80,8 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   at::Tensor out;
   {
     RngStateGuard rng(h.device(), ctx->saved_data.at("rng").toTensor());
-    out = context->layer->forward(h_in, layer_inputs(saved[1], saved[2], saved[3]), *context->config,
-                                  context->training);
+    out =
+        context->layer->forward(h_in, layer_inputs(saved[1], saved[2], saved[3]), *context->config, context->training);
   }
   ++*context->recomputed;
   // Differentiate the recomputed layer w.r.t. its input and its LoRA tensors and return the
@@ -88,7 +92,11 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   inputs.insert(inputs.end(), params.begin(), params.end());
   torch::autograd::variable_list grads;
   if (!inputs.empty() && out.requires_grad()) {
-    grads = torch::autograd::grad({out}, inputs, {grad_out[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+    grads = torch::autograd::grad({out},
+                                  inputs,
+                                  {grad_out[0]},
+                                  /*retain_graph=*/false,
+                                  /*create_graph=*/false,
                                   /*allow_unused=*/true);
   }
   context->residency->release(layer);

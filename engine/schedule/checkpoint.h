@@ -31,8 +31,12 @@ at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inp
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
   // Tensor arguments: h, the rope tables, the segments (an empty tensor when unused), then the
   // layer's LoRA tensors.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& cos,
-                            const at::Tensor& sin, const at::Tensor& segments, at::TensorList params,
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
+                            const at::Tensor& h,
+                            const at::Tensor& cos,
+                            const at::Tensor& sin,
+                            const at::Tensor& segments,
+                            at::TensorList params,
                             const CheckpointContext* context);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);

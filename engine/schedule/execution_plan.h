@@ -25,7 +25,8 @@ class ExecutionPlan {
 
  private:
   friend class LayerScheduler;
-  ExecutionPlan(bool training, std::vector<bool> checkpoint) : training_(training), checkpoint_(std::move(checkpoint)) {}
+  ExecutionPlan(bool training, std::vector<bool> checkpoint)
+      : training_(training), checkpoint_(std::move(checkpoint)) {}
   bool training_;
   std::vector<bool> checkpoint_;
 };

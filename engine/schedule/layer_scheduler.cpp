@@ -34,13 +34,14 @@ LayerScheduler::LayerScheduler(model::CausalLM& model, std::shared_ptr<WeightRes
     : model_(model), residency_(residency ? std::move(residency) : std::make_shared<ResidentWeights>()) {}
 
 ExecutionPlan LayerScheduler::prepare_training(CheckpointPolicy policy, int64_t every_k) {
-  TORCH_CHECK(policy != CheckpointPolicy::every_kth || every_k >= 1, "checkpoint every k-th layer needs k >= 1, got ",
-              every_k);
+  TORCH_CHECK(
+      policy != CheckpointPolicy::every_kth || every_k >= 1, "checkpoint every k-th layer needs k >= 1, got ", every_k);
   training_ = true;  // first the mode ...
   const int64_t n = model_.config().num_layers;
   std::vector<bool> checkpoint(n, false);  // ... then the checkpoints
   for (int64_t i = 0; i < n; ++i) {
-    checkpoint[i] = policy == CheckpointPolicy::every_layer || (policy == CheckpointPolicy::every_kth && i % every_k == 0);
+    checkpoint[i] =
+        policy == CheckpointPolicy::every_layer || (policy == CheckpointPolicy::every_kth && i % every_k == 0);
   }
   return ExecutionPlan(true, std::move(checkpoint));
 }
@@ -58,8 +59,11 @@ model::LayerInputs LayerScheduler::layer_inputs(const StepInputs& in) const {
 }
 
 at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, const model::LayerInputs& inputs) {
-  TORCH_CHECK(plan.num_layers() == static_cast<int64_t>(model_.layers().size()), "the plan covers ", plan.num_layers(),
-              " layers but the model has ", model_.layers().size());
+  TORCH_CHECK(plan.num_layers() == static_cast<int64_t>(model_.layers().size()),
+              "the plan covers ",
+              plan.num_layers(),
+              " layers but the model has ",
+              model_.layers().size());
   for (const auto& layer : model_.layers()) {
     const int64_t i = layer.index;
     residency_->acquire(i);

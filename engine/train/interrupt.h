@@ -18,7 +18,8 @@ class InterruptGuard {
   int received() const;
 
  private:
-  struct sigaction old_int_{}, old_term_{};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 }  // namespace qtrain::engine::train

@@ -48,9 +48,13 @@ std::optional<int64_t> checkpoint_step(const fs::path& dir) {
 
 }  // namespace
 
-fs::path save_checkpoint(const fs::path& output_dir, const RunState& state, const AdamW& optimizer,
-                         const lora::LoraConfig& lora, const std::map<std::string, lora::LoraAdapter>& adapters,
-                         const std::string& base_model, const std::string& run_config_yaml) {
+fs::path save_checkpoint(const fs::path& output_dir,
+                         const RunState& state,
+                         const AdamW& optimizer,
+                         const lora::LoraConfig& lora,
+                         const std::map<std::string, lora::LoraAdapter>& adapters,
+                         const std::string& base_model,
+                         const std::string& run_config_yaml) {
   const auto final_dir = output_dir / ("checkpoint-" + std::to_string(state.global_step));
   const auto tmp = output_dir / ("checkpoint-" + std::to_string(state.global_step) + ".tmp");
   fs::remove_all(tmp);  // a leftover of a crash during an earlier write
@@ -75,7 +79,10 @@ fs::path save_checkpoint(const fs::path& output_dir, const RunState& state, cons
 }
 
 CheckpointContents load_checkpoint(const fs::path& dir) {
-  TORCH_CHECK(fs::exists(dir / kStateFile), dir.string(), " is not a complete qtrain checkpoint (no ", kStateFile,
+  TORCH_CHECK(fs::exists(dir / kStateFile),
+              dir.string(),
+              " is not a complete qtrain checkpoint (no ",
+              kStateFile,
               "); point resume_from_checkpoint at an output_dir/checkpoint-N folder, or use true for the newest");
   CheckpointContents c;
   nlohmann::json j;

@@ -21,11 +21,11 @@
 namespace qtrain::engine::train {
 
 struct RunState {
-  int64_t global_step = 0;      // optimizer steps done (skipped ones included)
-  int64_t skipped_steps = 0;    // steps skipped for a non-finite loss or gradient
+  int64_t global_step = 0;    // optimizer steps done (skipped ones included)
+  int64_t skipped_steps = 0;  // steps skipped for a non-finite loss or gradient
   data::DataLoader::Position data;
-  at::Tensor rng_cpu;           // the CPU generator's state
-  at::Tensor rng_cuda;          // the CUDA generator's state, or undefined
+  at::Tensor rng_cpu;   // the CPU generator's state
+  at::Tensor rng_cuda;  // the CUDA generator's state, or undefined
 };
 
 struct CheckpointContents {
@@ -36,10 +36,13 @@ struct CheckpointContents {
 };
 
 // Writes output_dir/checkpoint-<global_step> atomically (see the file comment); returns it.
-std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const RunState& state,
-                                      const AdamW& optimizer, const lora::LoraConfig& lora,
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir,
+                                      const RunState& state,
+                                      const AdamW& optimizer,
+                                      const lora::LoraConfig& lora,
                                       const std::map<std::string, lora::LoraAdapter>& adapters,
-                                      const std::string& base_model, const std::string& run_config_yaml);
+                                      const std::string& base_model,
+                                      const std::string& run_config_yaml);
 
 CheckpointContents load_checkpoint(const std::filesystem::path& dir);
 

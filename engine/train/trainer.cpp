@@ -47,8 +47,12 @@ void set_rng_state(const at::Device& device, const at::Tensor& state) {
 std::string clock(double seconds) {
   const auto s = static_cast<int64_t>(std::max(0.0, seconds));
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", static_cast<long long>(s / 3600),
-                static_cast<long long>(s / 60 % 60), static_cast<long long>(s % 60));
+  std::snprintf(buf,
+                sizeof buf,
+                "%lld:%02lld:%02lld",
+                static_cast<long long>(s / 3600),
+                static_cast<long long>(s / 60 % 60),
+                static_cast<long long>(s % 60));
   return buf;
 }
 
@@ -59,8 +63,11 @@ std::vector<data::Sample> load_all(const config::RunConfig& c, const data::ByteT
     data::DatasetStats stats;
     auto s = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats);
     std::printf("data: %s: %lld rows, %lld truncated to %lld tokens, %lld without predicted tokens dropped\n",
-                d.path.c_str(), static_cast<long long>(stats.rows), static_cast<long long>(stats.truncated),
-                static_cast<long long>(c.sequence_len), static_cast<long long>(stats.dropped));
+                d.path.c_str(),
+                static_cast<long long>(stats.rows),
+                static_cast<long long>(stats.truncated),
+                static_cast<long long>(c.sequence_len),
+                static_cast<long long>(stats.dropped));
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
   }
   return all;
@@ -70,8 +77,10 @@ schedule::StepInputs step_inputs(const data::Batch& b) {
   return {b.input_ids, b.labels, b.position_ids, b.segment_ids};
 }
 
-double evaluate(schedule::LayerScheduler& scheduler, const std::vector<data::Sample>& samples,
-                const config::RunConfig& c, int64_t pad_id) {
+double evaluate(schedule::LayerScheduler& scheduler,
+                const std::vector<data::Sample>& samples,
+                const config::RunConfig& c,
+                int64_t pad_id) {
   data::DataLoader loader(samples, c.micro_batch_size, c.sequence_len, /*packing=*/false, c.seed, pad_id);
   const auto plan = scheduler.prepare_eval();
   double sum = 0;
@@ -96,11 +105,13 @@ TrainResult train(const config::RunConfig& c) {
   // Model and adapters.
   const auto options = config::load_options(c);
   const auto folder = io::HfFolder::open(c.base_model);
-  std::printf("model: %s on %s, %s, base %s\n", c.base_model.c_str(), options.device.str().c_str(),
+  std::printf("model: %s on %s, %s, base %s\n",
+              c.base_model.c_str(),
+              options.device.str().c_str(),
               c10::toString(options.dtype),
-              options.quant.kind == model::QuantSpec::Kind::none ? "not quantized"
+              options.quant.kind == model::QuantSpec::Kind::none   ? "not quantized"
               : options.quant.kind == model::QuantSpec::Kind::int8 ? "int8"
-                                                                    : c.bnb_4bit_quant_type.c_str());
+                                                                   : c.bnb_4bit_quant_type.c_str());
   std::fflush(stdout);
   auto lm = model::CausalLM::load(folder, options);
   auto lora = config::lora_config(c);
@@ -120,8 +131,12 @@ TrainResult train(const config::RunConfig& c) {
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
-  std::printf("lora: r %lld, alpha %g%s, %zu tensors, %lld trainable parameters\n", static_cast<long long>(lora.r),
-              lora.alpha, lora.use_rslora ? " (rsLoRA)" : "", params.size(), static_cast<long long>(trainable));
+  std::printf("lora: r %lld, alpha %g%s, %zu tensors, %lld trainable parameters\n",
+              static_cast<long long>(lora.r),
+              lora.alpha,
+              lora.use_rslora ? " (rsLoRA)" : "",
+              params.size(),
+              static_cast<long long>(trainable));
 
   // Data. The built-in byte tokenizer serves models without a tokenizer file (the demo model).
   const bool has_tokenizer_file =
@@ -129,17 +144,21 @@ TrainResult train(const config::RunConfig& c) {
   const data::ByteTokenizer byte_tokenizer;
   const bool byte_level = !has_tokenizer_file && lm.config().vocab_size >= byte_tokenizer.vocab_size();
   const auto pad_id = byte_level ? byte_tokenizer.pad() : 0;
-  auto split = data::split_for_eval(load_all(c, byte_level ? &byte_tokenizer : nullptr), c.val_set_size,
-                                    static_cast<uint64_t>(c.seed));
-  data::DataLoader loader(split.train, c.micro_batch_size, c.sequence_len, c.sample_packing,
-                          static_cast<uint64_t>(c.seed), pad_id);
-  const int64_t steps_per_epoch =
-      std::max<int64_t>(1, (loader.batches_per_epoch() + c.gradient_accumulation_steps - 1) / c.gradient_accumulation_steps);
+  auto split = data::split_for_eval(
+      load_all(c, byte_level ? &byte_tokenizer : nullptr), c.val_set_size, static_cast<uint64_t>(c.seed));
+  data::DataLoader loader(
+      split.train, c.micro_batch_size, c.sequence_len, c.sample_packing, static_cast<uint64_t>(c.seed), pad_id);
+  const int64_t steps_per_epoch = std::max<int64_t>(
+      1, (loader.batches_per_epoch() + c.gradient_accumulation_steps - 1) / c.gradient_accumulation_steps);
   const int64_t total = c.max_steps > 0 ? c.max_steps : steps_per_epoch * c.num_epochs;
-  const LrSchedule lr_schedule{lr_schedule_type_from_name(c.lr_scheduler), c.learning_rate,
-                               warmup_steps_for(c.warmup_steps, c.warmup_ratio, total), total};
+  const LrSchedule lr_schedule{lr_schedule_type_from_name(c.lr_scheduler),
+                               c.learning_rate,
+                               warmup_steps_for(c.warmup_steps, c.warmup_ratio, total),
+                               total};
   std::printf("data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps\n",
-              split.train.size(), split.eval.size(), static_cast<long long>(loader.batches_per_epoch()),
+              split.train.size(),
+              split.eval.size(),
+              static_cast<long long>(loader.batches_per_epoch()),
               static_cast<long long>(total));
 
   AdamW optimizer(params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
@@ -163,7 +182,10 @@ TrainResult train(const config::RunConfig& c) {
       for (auto* l : layer.linears()) {
         if (!l->lora) continue;
         const auto it = ck.adapters.find(l->name);
-        TORCH_CHECK(it != ck.adapters.end(), resume.string(), ": the checkpoint has no adapter for ", l->name,
+        TORCH_CHECK(it != ck.adapters.end(),
+                    resume.string(),
+                    ": the checkpoint has no adapter for ",
+                    l->name,
                     "; it belongs to a run with other lora_target_modules");
         l->lora->a.copy_(it->second.a);
         l->lora->b.copy_(it->second.b);
@@ -186,8 +208,8 @@ TrainResult train(const config::RunConfig& c) {
     state.data = loader.position();
     state.rng_cpu = rng_state(at::kCPU);
     if (options.device.is_cuda()) state.rng_cuda = rng_state(options.device);
-    const auto dir = save_checkpoint(c.output_dir, state, optimizer, lora, lora::lora_adapters(lm),
-                                     c.base_model.string(), config_yaml);
+    const auto dir = save_checkpoint(
+        c.output_dir, state, optimizer, lora, lora::lora_adapters(lm), c.base_model.string(), config_yaml);
     prune_checkpoints(c.output_dir, c.save_total_limit);
     std::printf("checkpoint: %s\n", dir.c_str());
   };
@@ -218,12 +240,19 @@ TrainResult train(const config::RunConfig& c) {
     if (!std::isfinite(step_loss) || !grads_finite(params)) {
       optimizer.zero_grad();
       ++state.skipped_steps;
-      TORCH_CHECK(++consecutive_bad < kMaxConsecutiveNonFinite, "stopping: ", consecutive_bad,
-                  " steps in a row had a non-finite loss or gradient (last loss ", step_loss, ", step ",
-                  state.global_step + 1, "). Lower learning_rate, check the data for empty or broken rows, or "
+      TORCH_CHECK(++consecutive_bad < kMaxConsecutiveNonFinite,
+                  "stopping: ",
+                  consecutive_bad,
+                  " steps in a row had a non-finite loss or gradient (last loss ",
+                  step_loss,
+                  ", step ",
+                  state.global_step + 1,
+                  "). Lower learning_rate, check the data for empty or broken rows, or "
                   "train in bf16/float32 rather than fp16. The last checkpoint in ",
-                  c.output_dir.string(), " is intact.");
-      std::printf("step %lld: non-finite loss or gradient, step skipped\n", static_cast<long long>(state.global_step + 1));
+                  c.output_dir.string(),
+                  " is intact.");
+      std::printf("step %lld: non-finite loss or gradient, step skipped\n",
+                  static_cast<long long>(state.global_step + 1));
     } else {
       consecutive_bad = 0;
       last_grad_norm = clip_grad_norm(params, c.max_grad_norm);
@@ -243,15 +272,28 @@ TrainResult train(const config::RunConfig& c) {
       const double lr = lr_schedule.lr_at(state.global_step);  // the next step's, as the Trainer logs it
       const double tps = window_s > 0 ? static_cast<double>(window_tokens) / window_s : 0.0;
       const int64_t peak = peak_memory_bytes(options.device);
-      metrics.log({{"step", state.global_step}, {"epoch", epoch}, {"loss", loss}, {"learning_rate", lr},
-                   {"grad_norm", last_grad_norm}, {"tokens_per_second", tps}, {"peak_memory_bytes", peak},
-                   {"recomputed_layers", recomputed}, {"skipped_steps", state.skipped_steps}});
+      metrics.log({{"step", state.global_step},
+                   {"epoch", epoch},
+                   {"loss", loss},
+                   {"learning_rate", lr},
+                   {"grad_norm", last_grad_norm},
+                   {"tokens_per_second", tps},
+                   {"peak_memory_bytes", peak},
+                   {"recomputed_layers", recomputed},
+                   {"skipped_steps", state.skipped_steps}});
       const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
-      std::printf("step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
-                  static_cast<long long>(state.global_step), static_cast<long long>(total), epoch, loss, lr,
-                  last_grad_norm, tps, clock(elapsed).c_str(),
-                  clock(per_step * static_cast<double>(total - state.global_step)).c_str(),
-                  static_cast<double>(peak) / (1 << 30));
+      std::printf(
+          "step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
+          static_cast<long long>(state.global_step),
+          static_cast<long long>(total),
+          epoch,
+          loss,
+          lr,
+          last_grad_norm,
+          tps,
+          clock(elapsed).c_str(),
+          clock(per_step * static_cast<double>(total - state.global_step)).c_str(),
+          static_cast<double>(peak) / (1 << 30));
       std::fflush(stdout);
       result.last_loss = loss;
       window_loss = 0;
@@ -259,27 +301,31 @@ TrainResult train(const config::RunConfig& c) {
       window_tokens = 0;
       window_start = now;
     }
-    if (c.eval_steps > 0 && !split.eval.empty() && (state.global_step % c.eval_steps == 0 || state.global_step == total)) {
+    if (c.eval_steps > 0 && !split.eval.empty() &&
+        (state.global_step % c.eval_steps == 0 || state.global_step == total)) {
       const double eval_loss = evaluate(scheduler, split.eval, c, pad_id);
       scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);  // back to training mode
       metrics.log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
-      std::printf("eval  %lld/%lld | eval_loss %.4f\n", static_cast<long long>(state.global_step),
-                  static_cast<long long>(total), eval_loss);
+      std::printf("eval  %lld/%lld | eval_loss %.4f\n",
+                  static_cast<long long>(state.global_step),
+                  static_cast<long long>(total),
+                  eval_loss);
       std::fflush(stdout);
     }
     const bool stop = interrupt.received() != 0;
     if ((c.save_steps > 0 && state.global_step % c.save_steps == 0) || stop) save();
     if (stop) {
       std::printf("interrupted by signal %d at step %lld; resume with resume_from_checkpoint: true\n",
-                  interrupt.received(), static_cast<long long>(state.global_step));
+                  interrupt.received(),
+                  static_cast<long long>(state.global_step));
       result.interrupted = true;
       break;
     }
   }
   metrics.flush();
   if (!result.interrupted) {
-    io::save_peft_adapter(c.output_dir, lora, lora::lora_adapters(lm), c.base_model.string(), at::kFloat,
-                          io::AdapterFolder::shared);
+    io::save_peft_adapter(
+        c.output_dir, lora, lora::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
     std::printf("adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
   }
   result.steps = state.global_step;

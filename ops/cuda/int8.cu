@@ -45,9 +45,12 @@ int threads_for(int64_t work) {
 template <typename F>
 void dispatch_dtype(Dtype dtype, const char* fn, F&& f) {
   switch (dtype) {
-    case Dtype::f32: return f(float{});
-    case Dtype::f16: return f(__half{});
-    case Dtype::bf16: return f(__nv_bfloat16{});
+    case Dtype::f32:
+      return f(float{});
+    case Dtype::f16:
+      return f(__half{});
+    case Dtype::bf16:
+      return f(__nv_bfloat16{});
   }
   throw std::invalid_argument(std::string("qtrain::ops::cuda::") + fn + ": unknown Dtype");
 }

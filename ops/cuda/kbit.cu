@@ -67,9 +67,12 @@ bool aligned(const void* p, size_t bytes) {
 template <typename F>
 void dispatch_dtype(Dtype dtype, const char* fn, F&& f) {
   switch (dtype) {
-    case Dtype::f32: return f(float{});
-    case Dtype::f16: return f(__half{});
-    case Dtype::bf16: return f(__nv_bfloat16{});
+    case Dtype::f32:
+      return f(float{});
+    case Dtype::f16:
+      return f(__half{});
+    case Dtype::bf16:
+      return f(__nv_bfloat16{});
   }
   throw std::invalid_argument(std::string("qtrain::ops::cuda::") + fn + ": unknown Dtype");
 }

@@ -14,7 +14,10 @@ namespace qtrain::ops {
 // packed sample each token belongs to, -1 for padding), both are in the same segment. A padding
 // token sees only itself (a query that sees nothing would make softmax NaN). Returns
 // [B, heads, T, d].
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            std::optional<int64_t> sliding_window = std::nullopt, const at::Tensor& segments = {});
+at::Tensor causal_attention(const at::Tensor& q,
+                            const at::Tensor& k,
+                            const at::Tensor& v,
+                            std::optional<int64_t> sliding_window = std::nullopt,
+                            const at::Tensor& segments = {});
 
 }  // namespace qtrain::ops

@@ -5,8 +5,10 @@
 
 namespace qtrain::ops {
 
-at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h,
-                                                const at::Tensor& weight, const at::Tensor& labels,
+at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& h,
+                                                const at::Tensor& weight,
+                                                const at::Tensor& labels,
                                                 int64_t chunk_tokens) {
   ctx->save_for_backward({h, weight, labels});
   ctx->saved_data["chunk"] = chunk_tokens;
@@ -49,17 +51,31 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
   return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
-at::Tensor chunked_cross_entropy_sum(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& labels,
+at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
+                                     const at::Tensor& weight,
+                                     const at::Tensor& labels,
                                      int64_t chunk_tokens) {
-  TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1), "chunked_cross_entropy: h ",
-              h.sizes(), " and weight ", weight.sizes(), " must be [N, H] and [V, H]");
+  TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
+              "chunked_cross_entropy: h ",
+              h.sizes(),
+              " and weight ",
+              weight.sizes(),
+              " must be [N, H] and [V, H]");
   TORCH_CHECK(labels.dim() == 1 && labels.size(0) == h.size(0) && labels.scalar_type() == at::kLong,
-              "chunked_cross_entropy: labels must be int64 [", h.size(0), "], got ", labels.scalar_type(), " ",
+              "chunked_cross_entropy: labels must be int64 [",
+              h.size(0),
+              "], got ",
+              labels.scalar_type(),
+              " ",
               labels.sizes());
   TORCH_CHECK(chunk_tokens > 0, "chunked_cross_entropy: chunk_tokens must be positive, got ", chunk_tokens);
   const auto bad = (labels != kIgnoreIndex).logical_and((labels < 0).logical_or(labels >= weight.size(0)));
-  TORCH_CHECK(!bad.any().item<bool>(), "chunked_cross_entropy: a label is outside [0, ", weight.size(0),
-              ") and is not the ignore index ", kIgnoreIndex, " (the dataset and the model disagree on the vocabulary)");
+  TORCH_CHECK(!bad.any().item<bool>(),
+              "chunked_cross_entropy: a label is outside [0, ",
+              weight.size(0),
+              ") and is not the ignore index ",
+              kIgnoreIndex,
+              " (the dataset and the model disagree on the vocabulary)");
   return ChunkedCrossEntropyFunction::apply(h, weight, labels, chunk_tokens);
 }
 

@@ -14,12 +14,17 @@ inline constexpr int64_t kIgnoreIndex = -100;
 // for tokens that are not predicted. Returns the float32 SUM of the token losses (log-softmax in
 // float32 over logits computed in h's dtype, as transformers does); gradients flow to h and, if
 // it requires grad, to weight. Divide by the number of predicted tokens for the mean.
-at::Tensor chunked_cross_entropy_sum(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& labels,
+at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
+                                     const at::Tensor& weight,
+                                     const at::Tensor& labels,
                                      int64_t chunk_tokens = 1024);
 
 struct ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, const at::Tensor& weight,
-                            const at::Tensor& labels, int64_t chunk_tokens);
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
+                            const at::Tensor& h,
+                            const at::Tensor& weight,
+                            const at::Tensor& labels,
+                            int64_t chunk_tokens);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);
 };

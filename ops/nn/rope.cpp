@@ -14,7 +14,9 @@ at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& s) {
   auto inv_freq = 1.0 / at::pow(at::scalar_tensor(theta, at::kFloat), exponent);
   if (s.type == "default") return inv_freq;
   if (s.type == "linear") return inv_freq / s.factor;
-  TORCH_CHECK(s.type == "llama3", "rope_scaling type '", s.type,
+  TORCH_CHECK(s.type == "llama3",
+              "rope_scaling type '",
+              s.type,
               "' is not supported; supported types are default, linear and llama3");
   // transformers' _compute_llama3_parameters.
   const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
@@ -30,8 +32,8 @@ at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& s) {
 
 RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& positions, at::ScalarType dtype) {
   // freqs[t, j] = pos[t] * inv_freq[j] (float32 outer product), emb = cat(freqs, freqs).
-  TORCH_CHECK(positions.dim() == 1 || positions.dim() == 2, "rope: positions must be [T] or [B, T], got ",
-              positions.sizes());
+  TORCH_CHECK(
+      positions.dim() == 1 || positions.dim() == 2, "rope: positions must be [T] or [B, T], got ", positions.sizes());
   auto freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq.to(positions.device());
   auto emb = at::cat({freqs, freqs}, -1);
   if (positions.dim() == 2) emb = emb.unsqueeze(1);  // [B, 1, T, dim]: broadcast over heads

@@ -14,8 +14,8 @@ namespace qtrain::ops {
 struct RopeScaling {
   std::string type = "default";  // default | linear | llama3
   double factor = 1.0;
-  double low_freq_factor = 1.0;                   // llama3
-  double high_freq_factor = 4.0;                  // llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 

@@ -18,10 +18,14 @@ namespace {
 
 cuda::Dtype cuda_dtype(at::ScalarType t, const char* what) {
   switch (t) {
-    case at::kFloat: return cuda::Dtype::f32;
-    case at::kHalf: return cuda::Dtype::f16;
-    case at::kBFloat16: return cuda::Dtype::bf16;
-    default: TORCH_CHECK(false, what, " has dtype ", t, "; the CUDA kernels accept float32, float16 and bfloat16");
+    case at::kFloat:
+      return cuda::Dtype::f32;
+    case at::kHalf:
+      return cuda::Dtype::f16;
+    case at::kBFloat16:
+      return cuda::Dtype::bf16;
+    default:
+      TORCH_CHECK(false, what, " has dtype ", t, "; the CUDA kernels accept float32, float16 and bfloat16");
   }
 }
 

@@ -54,7 +54,10 @@ void check_int8_input(const at::Tensor& a, const char* name) {
   TORCH_CHECK(a.defined() && a.numel() > 0, name, " is empty or undefined");
   TORCH_CHECK(a.dim() >= 1, name, " must have at least one dimension");
   auto t = a.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, name, " has dtype ", t,
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+              name,
+              " has dtype ",
+              t,
               "; accepted dtypes are float32, bfloat16 and float16");
   TORCH_CHECK(a.is_contiguous(), name, " is not contiguous (strides ", a.strides(), "); call .contiguous() first");
 }
@@ -63,7 +66,8 @@ void check_int8_input(const at::Tensor& a, const char* name) {
 
 Int8Rowwise int8_vectorwise_quant(const at::Tensor& a, double threshold) {
   check_int8_input(a, "int8_vectorwise_quant: a");
-  TORCH_CHECK(threshold >= 0.0 && std::isfinite(threshold), "int8_vectorwise_quant: threshold must be finite and >= 0, got ",
+  TORCH_CHECK(threshold >= 0.0 && std::isfinite(threshold),
+              "int8_vectorwise_quant: threshold must be finite and >= 0, got ",
               threshold);
   const int64_t cols = a.size(-1);
   const int64_t rows = a.numel() / cols;
@@ -77,8 +81,8 @@ Int8Rowwise int8_vectorwise_quant(const at::Tensor& a, double threshold) {
   } else {
     TORCH_CHECK(a.device().is_cpu(), "int8_vectorwise_quant: a is on ", a.device(), "; supported: CPU, CUDA");
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, a.scalar_type(), "int8_vectorwise_quant", [&] {
-      int8_quant_rows_cpu<scalar_t>(a.const_data_ptr<scalar_t>(), rows, cols, thr, r.q.data_ptr<int8_t>(),
-                                    r.row_absmax.data_ptr<float>());
+      int8_quant_rows_cpu<scalar_t>(
+          a.const_data_ptr<scalar_t>(), rows, cols, thr, r.q.data_ptr<int8_t>(), r.row_absmax.data_ptr<float>());
     });
   }
   if (threshold > 0.0) {
@@ -92,12 +96,17 @@ Int8Rowwise int8_vectorwise_quant(const at::Tensor& a, double threshold) {
 
 at::Tensor int8_vectorwise_dequant(const at::Tensor& q, const at::Tensor& row_absmax) {
   TORCH_CHECK(q.scalar_type() == at::kChar, "int8_vectorwise_dequant: q must be int8, got ", q.scalar_type());
-  TORCH_CHECK(row_absmax.scalar_type() == at::kFloat, "int8_vectorwise_dequant: row_absmax must be float32, got ",
+  TORCH_CHECK(row_absmax.scalar_type() == at::kFloat,
+              "int8_vectorwise_dequant: row_absmax must be float32, got ",
               row_absmax.scalar_type());
   const int64_t cols = q.size(-1);
   const int64_t rows = q.numel() / cols;
-  TORCH_CHECK(row_absmax.numel() == rows, "int8_vectorwise_dequant: row_absmax has ", row_absmax.numel(),
-              " entries for ", rows, " rows");
+  TORCH_CHECK(row_absmax.numel() == rows,
+              "int8_vectorwise_dequant: row_absmax has ",
+              row_absmax.numel(),
+              " entries for ",
+              rows,
+              " rows");
   if (q.is_cuda()) {
     auto out = at::empty({rows, cols}, q.options().dtype(at::kFloat));
     device::int8_vectorwise_dequant(q.contiguous().view({rows, cols}), row_absmax.contiguous(), out);
@@ -113,18 +122,28 @@ Int8Weight Int8Weight::from_float(const at::Tensor& weight) {
   return Int8Weight(r.q, r.row_absmax);
 }
 
-Int8Weight Int8Weight::from_quantized(const at::Tensor& cb, const std::optional<at::Tensor>& scb,
+Int8Weight Int8Weight::from_quantized(const at::Tensor& cb,
+                                      const std::optional<at::Tensor>& scb,
                                       const std::string& what) {
-  TORCH_CHECK(cb.defined() && cb.dim() == 2 && cb.scalar_type() == at::kChar, what,
+  TORCH_CHECK(cb.defined() && cb.dim() == 2 && cb.scalar_type() == at::kChar,
+              what,
               ": int8 weight (CB) must be int8 [out, in], got ",
-              cb.defined() ? c10::toString(cb.scalar_type()) : "undefined", " ",
+              cb.defined() ? c10::toString(cb.scalar_type()) : "undefined",
+              " ",
               cb.defined() ? cb.sizes() : at::IntArrayRef{});
-  TORCH_CHECK(scb.has_value() && scb->defined(), what,
+  TORCH_CHECK(scb.has_value() && scb->defined(),
+              what,
               ": int8 weight has no SCB (row absmax). SCB cannot be recovered from the int8 codes "
               "(See Note [SCB is never guessed]); load the checkpoint's '.SCB' tensor, or quantize from the original "
               "float weights");
-  TORCH_CHECK(scb->scalar_type() == at::kFloat && scb->numel() == cb.size(0), what, ": SCB must be float32 [",
-              cb.size(0), "], got ", scb->scalar_type(), " ", scb->sizes());
+  TORCH_CHECK(scb->scalar_type() == at::kFloat && scb->numel() == cb.size(0),
+              what,
+              ": SCB must be float32 [",
+              cb.size(0),
+              "], got ",
+              scb->scalar_type(),
+              " ",
+              scb->sizes());
   TORCH_CHECK(scb->device() == cb.device(), what, ": SCB is on ", scb->device(), " but CB is on ", cb.device());
   return Int8Weight(cb.contiguous(), scb->reshape({-1}).contiguous());
 }
@@ -134,14 +153,17 @@ Int8Weight Int8Weight::to(const at::Device& device) const {
 }
 
 at::Tensor Int8Weight::dequantize(at::ScalarType dtype) const {
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf, "Int8Weight::dequantize: dtype ",
-              dtype, " is not supported; accepted: float32, bfloat16, float16");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf,
+              "Int8Weight::dequantize: dtype ",
+              dtype,
+              " is not supported; accepted: float32, bfloat16, float16");
   // CB * (SCB * (1/127)): the scale is float32, the product rounds once to dtype.
   const auto scale = scb_ * kInv127;
   if (cb_.is_cuda() || !simd::cpu_has_avx2()) return (cb_.to(at::kFloat) * scale.unsqueeze(1)).to(dtype);
   auto out = at::empty(cb_.sizes(), cb_.options().dtype(dtype));
-  const auto type = dtype == at::kFloat ? simd::OutType::f32
-                    : dtype == at::kBFloat16 ? simd::OutType::bf16 : simd::OutType::f16;
+  const auto type = dtype == at::kFloat      ? simd::OutType::f32
+                    : dtype == at::kBFloat16 ? simd::OutType::bf16
+                                             : simd::OutType::f16;
   const int64_t rows = out_features(), cols = in_features();
   const int8_t* q = cb_.const_data_ptr<int8_t>();
   const float* s = scale.const_data_ptr<float>();
@@ -153,10 +175,15 @@ at::Tensor Int8Weight::dequantize(at::ScalarType dtype) const {
   return out;
 }
 
-at::Tensor int8_mixed_matmul(const at::Tensor& x, const Int8Weight& w, const std::optional<at::Tensor>& bias,
+at::Tensor int8_mixed_matmul(const at::Tensor& x,
+                             const Int8Weight& w,
+                             const std::optional<at::Tensor>& bias,
                              double threshold) {
-  TORCH_CHECK(x.size(-1) == w.in_features(), "int8_mixed_matmul: x has ", x.size(-1),
-              " features but the weight expects ", w.in_features());
+  TORCH_CHECK(x.size(-1) == w.in_features(),
+              "int8_mixed_matmul: x has ",
+              x.size(-1),
+              " features but the weight expects ",
+              w.in_features());
   const auto out_shape = [&] {
     auto s = x.sizes().vec();
     s.back() = w.out_features();

@@ -34,8 +34,7 @@ class Int8Weight {
   // Quantizes like bitsandbytes' Int8Params: the weight is rounded to float16 first.
   static Int8Weight from_float(const at::Tensor& weight);
   // From stored state. `scb` missing is an error naming `what`: it is never guessed from CB.
-  static Int8Weight from_quantized(const at::Tensor& cb, const std::optional<at::Tensor>& scb,
-                                   const std::string& what);
+  static Int8Weight from_quantized(const at::Tensor& cb, const std::optional<at::Tensor>& scb, const std::string& what);
 
   const at::Tensor& cb() const { return cb_; }
   const at::Tensor& scb() const { return scb_; }
@@ -58,7 +57,9 @@ class Int8Weight {
 // is accumulated exactly and rescaled by SCA * SCB / 127^2, and the outlier columns of x are
 // multiplied in x's dtype with the dequantized weight columns. x: [..., in]. Returns [..., out]
 // in x's dtype.
-at::Tensor int8_mixed_matmul(const at::Tensor& x, const Int8Weight& w, const std::optional<at::Tensor>& bias,
+at::Tensor int8_mixed_matmul(const at::Tensor& x,
+                             const Int8Weight& w,
+                             const std::optional<at::Tensor>& bias,
                              double threshold);
 
 }  // namespace qtrain::ops

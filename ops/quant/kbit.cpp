@@ -42,9 +42,17 @@ void check_float_input(const at::Tensor& x, const char* name) {
   TORCH_CHECK(x.defined(), name, " is an undefined tensor");
   TORCH_CHECK(x.numel() > 0, name, " is empty (shape ", x.sizes(), "): nothing to quantize");
   auto t = x.scalar_type();
-  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, name, " has dtype ", t,
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+              name,
+              " has dtype ",
+              t,
               "; accepted dtypes are float32, bfloat16 and float16");
-  TORCH_CHECK(x.is_contiguous(), name, " is not contiguous (shape ", x.sizes(), ", strides ", x.strides(),
+  TORCH_CHECK(x.is_contiguous(),
+              name,
+              " is not contiguous (shape ",
+              x.sizes(),
+              ", strides ",
+              x.strides(),
               "); call .contiguous() first");
 }
 
@@ -65,8 +73,8 @@ inline float clamp_unit(float v) {
 }
 
 template <typename T>
-void quantize_4bit_cpu(const T* x, int64_t n, int64_t blocksize, const Quantizer4bit& q, uint8_t* packed,
-                       float* absmax) {
+void quantize_4bit_cpu(
+    const T* x, int64_t n, int64_t blocksize, const Quantizer4bit& q, uint8_t* packed, float* absmax) {
   const int64_t nblocks = ceil_div(n, blocksize);
   const bool partial_last = n % blocksize != 0;
   const uint8_t zero_code = code_4bit(0.0f, q);
@@ -127,8 +135,13 @@ constexpr simd::OutType simd_out_type() {
 
 // The scalar loop is the reference; the AVX2 loop (simd_x86.cpp) must give the same bits.
 template <typename T>
-void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, int64_t blocksize, QuantType type,
-                         T* out, bool allow_simd = true) {
+void dequantize_4bit_cpu(const uint8_t* packed,
+                         const float* absmax,
+                         int64_t n,
+                         int64_t blocksize,
+                         QuantType type,
+                         T* out,
+                         bool allow_simd = true) {
   const PairTable& table = pair_table(type);
   const float* lut = dequant_lut_4bit(type).data();
   const bool simd = allow_simd && simd::cpu_has_avx2();
@@ -136,6 +149,15 @@ void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, 
   // ~64 KiB of output per task keeps the split fine enough for 2..64 threads.
   const int64_t grain = std::max<int64_t>(1, 16384 / blocksize);
   at::parallel_for(0, nblocks, grain, [&](int64_t b0, int64_t b1) {
+    if (simd) {
+      // Full blocks in one vectorized call; a partial last block goes through the loop below.
+      const int64_t full_end = std::min(b1, n / blocksize);
+      if (full_end > b0) {
+        simd::dequant_4bit_blocks(packed + b0 * blocksize / 2, absmax + b0, full_end - b0, blocksize, lut,
+                                  out + b0 * blocksize, simd_out_type<T>());
+      }
+      b0 = std::max(b0, full_end);
+    }
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t start = b * blocksize;
       const int64_t len = std::min(blocksize, n - start);
@@ -158,10 +180,14 @@ void dequantize_4bit_cpu(const uint8_t* packed, const float* absmax, int64_t n, 
 template <typename F>
 void dispatch_float(at::ScalarType t, F&& f) {
   switch (t) {
-    case at::kFloat: return f(float{});
-    case at::kBFloat16: return f(c10::BFloat16{});
-    case at::kHalf: return f(c10::Half{});
-    default: TORCH_CHECK(false, "unsupported dtype ", t, "; accepted dtypes are float32, bfloat16 and float16");
+    case at::kFloat:
+      return f(float{});
+    case at::kBFloat16:
+      return f(c10::BFloat16{});
+    case at::kHalf:
+      return f(c10::Half{});
+    default:
+      TORCH_CHECK(false, "unsupported dtype ", t, "; accepted dtypes are float32, bfloat16 and float16");
   }
 }
 
@@ -190,7 +216,9 @@ inline uint16_t grid_index(float v) {
 }  // namespace
 
 void check_blocksize_4bit(int64_t blocksize) {
-  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0, "blocksize ", blocksize,
+  TORCH_CHECK(blocksize >= 32 && blocksize <= 4096 && (blocksize & (blocksize - 1)) == 0,
+              "blocksize ",
+              blocksize,
               " is not supported; accepted 4-bit blocksizes are 32, 64, 128, 256, 512, 1024, 2048, 4096");
 }
 
@@ -231,34 +259,72 @@ void Packed4bit::validate(const std::string& what) const {
   check_blocksize_4bit(blocksize);
   TORCH_CHECK(!shape.empty() && numel() > 0, what, ": empty shape");
   const int64_t n = numel();
-  TORCH_CHECK(packed.defined() && packed.scalar_type() == at::kByte, what, ": packed codes must be uint8, got ",
+  TORCH_CHECK(packed.defined() && packed.scalar_type() == at::kByte,
+              what,
+              ": packed codes must be uint8, got ",
               packed.defined() ? c10::toString(packed.scalar_type()) : "undefined");
-  TORCH_CHECK(packed.numel() == (n + 1) / 2, what, ": packed codes have ", packed.numel(), " bytes but shape ",
-              at::IntArrayRef(shape), " needs ", (n + 1) / 2);
+  TORCH_CHECK(packed.numel() == (n + 1) / 2,
+              what,
+              ": packed codes have ",
+              packed.numel(),
+              " bytes but shape ",
+              at::IntArrayRef(shape),
+              " needs ",
+              (n + 1) / 2);
   TORCH_CHECK(packed.is_contiguous(), what, ": packed codes are not contiguous");
   const int64_t nb = blocks();
   if (nested) {
     const auto& s = *nested;
     TORCH_CHECK(!absmax.defined(), what, ": has both a plain and a nested absmax");
-    TORCH_CHECK(s.blocksize == 256, what, ": nested blocksize ", s.blocksize, " is not supported; bitsandbytes uses 256");
-    TORCH_CHECK(s.qabsmax.scalar_type() == at::kByte && s.qabsmax.numel() == nb, what,
-                ": nested absmax codes must be uint8 [", nb, "], got ", s.qabsmax.scalar_type(), " ",
+    TORCH_CHECK(
+        s.blocksize == 256, what, ": nested blocksize ", s.blocksize, " is not supported; bitsandbytes uses 256");
+    TORCH_CHECK(s.qabsmax.scalar_type() == at::kByte && s.qabsmax.numel() == nb,
+                what,
+                ": nested absmax codes must be uint8 [",
+                nb,
+                "], got ",
+                s.qabsmax.scalar_type(),
+                " ",
                 s.qabsmax.sizes());
-    TORCH_CHECK(s.absmax2.scalar_type() == at::kFloat && s.absmax2.numel() == ceil_div(nb, 256), what,
-                ": nested_absmax must be float32 [", ceil_div(nb, 256), "], got ", s.absmax2.scalar_type(), " ",
+    TORCH_CHECK(s.absmax2.scalar_type() == at::kFloat && s.absmax2.numel() == ceil_div(nb, 256),
+                what,
+                ": nested_absmax must be float32 [",
+                ceil_div(nb, 256),
+                "], got ",
+                s.absmax2.scalar_type(),
+                " ",
                 s.absmax2.sizes());
-    TORCH_CHECK(s.code.scalar_type() == at::kFloat && s.code.numel() == 256, what,
-                ": nested_quant_map must be float32 [256], got ", s.code.scalar_type(), " ", s.code.sizes());
+    TORCH_CHECK(s.code.scalar_type() == at::kFloat && s.code.numel() == 256,
+                what,
+                ": nested_quant_map must be float32 [256], got ",
+                s.code.scalar_type(),
+                " ",
+                s.code.sizes());
     TORCH_CHECK(s.qabsmax.device() == packed.device() && s.absmax2.device() == packed.device() &&
                     s.code.device() == packed.device(),
-                what, ": nested absmax tensors are not on the device of the packed codes (", packed.device(), ")");
+                what,
+                ": nested absmax tensors are not on the device of the packed codes (",
+                packed.device(),
+                ")");
   } else {
-    TORCH_CHECK(absmax.defined() && absmax.scalar_type() == at::kFloat && absmax.numel() == nb, what,
-                ": absmax must be float32 [", nb, "] for ", n, " elements in blocks of ", blocksize, ", got ",
-                absmax.defined() ? c10::toString(absmax.scalar_type()) : "undefined", " ",
+    TORCH_CHECK(absmax.defined() && absmax.scalar_type() == at::kFloat && absmax.numel() == nb,
+                what,
+                ": absmax must be float32 [",
+                nb,
+                "] for ",
+                n,
+                " elements in blocks of ",
+                blocksize,
+                ", got ",
+                absmax.defined() ? c10::toString(absmax.scalar_type()) : "undefined",
+                " ",
                 absmax.defined() ? absmax.sizes() : at::IntArrayRef{});
-    TORCH_CHECK(absmax.device() == packed.device(), what, ": absmax is on ", absmax.device(),
-                " but the packed codes are on ", packed.device());
+    TORCH_CHECK(absmax.device() == packed.device(),
+                what,
+                ": absmax is on ",
+                absmax.device(),
+                " but the packed codes are on ",
+                packed.device());
   }
 }
 
@@ -299,7 +365,9 @@ Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<floa
   return r;
 }
 
-at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& code,
+at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes,
+                                     const at::Tensor& absmax,
+                                     const at::Tensor& code,
                                      int64_t blocksize) {
   TORCH_CHECK(codes.scalar_type() == at::kByte && absmax.scalar_type() == at::kFloat &&
                   code.scalar_type() == at::kFloat && code.numel() == 256,
@@ -309,14 +377,22 @@ at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes, const at::Tensor& 
   const auto a = absmax.contiguous();
   const auto table = code.contiguous();
   const int64_t n = c.numel();
-  TORCH_CHECK(a.numel() == ceil_div(n, blocksize), "dequantize_blockwise_8bit: ", a.numel(), " absmax values for ", n,
-              " codes in blocks of ", blocksize);
+  TORCH_CHECK(a.numel() == ceil_div(n, blocksize),
+              "dequantize_blockwise_8bit: ",
+              a.numel(),
+              " absmax values for ",
+              n,
+              " codes in blocks of ",
+              blocksize);
   auto out = at::empty(c.sizes(), a.options());
   const uint8_t* in = c.const_data_ptr<uint8_t>();
   const float* am = a.const_data_ptr<float>();
   const float* t = table.const_data_ptr<float>();
   float* o = out.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) o[i] = t[in[i]] * am[i / blocksize];
+  for (int64_t start = 0, b = 0; start < n; start += blocksize, ++b) {
+    const int64_t end = std::min(n, start + blocksize);
+    for (int64_t i = start; i < end; ++i) o[i] = t[in[i]] * am[b];
+  }
   return out;
 }
 
@@ -337,7 +413,11 @@ Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize,
     TORCH_CHECK(x.device().is_cpu(), "quantize_4bit: x is on ", x.device(), "; supported devices are CPU and CUDA");
     dispatch_float(x.scalar_type(), [&](auto tag) {
       using T = decltype(tag);
-      quantize_4bit_cpu<T>(x.const_data_ptr<T>(), n, blocksize, quantizer_4bit(type), q.packed.data_ptr<uint8_t>(),
+      quantize_4bit_cpu<T>(x.const_data_ptr<T>(),
+                           n,
+                           blocksize,
+                           quantizer_4bit(type),
+                           q.packed.data_ptr<uint8_t>(),
                            absmax.data_ptr<float>());
     });
   }
@@ -375,7 +455,9 @@ at::Tensor absmax_float(const Packed4bit& q) {
 namespace {
 
 void check_out_dtype(at::ScalarType t) {
-  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf, "dequantize_4bit: output dtype ", t,
+  TORCH_CHECK(t == at::kFloat || t == at::kBFloat16 || t == at::kHalf,
+              "dequantize_4bit: output dtype ",
+              t,
               " is not supported; accepted: float32, bfloat16, float16");
 }
 
@@ -383,8 +465,14 @@ void dequantize_4bit_impl(const Packed4bit& q, at::Tensor& out, bool allow_simd)
   q.validate();
   check_out_dtype(out.scalar_type());
   TORCH_CHECK(out.numel() == q.numel() && out.is_contiguous() && out.device() == q.packed.device(),
-              "dequantize_4bit_into: out must be a contiguous tensor of ", q.numel(), " elements on ",
-              q.packed.device(), ", got ", out.sizes(), " on ", out.device());
+              "dequantize_4bit_into: out must be a contiguous tensor of ",
+              q.numel(),
+              " elements on ",
+              q.packed.device(),
+              ", got ",
+              out.sizes(),
+              " on ",
+              out.device());
   const at::Tensor absmax = absmax_float(q).contiguous();
   if (q.packed.is_cuda()) {
     device::dequantize_4bit(q.packed, absmax, q.quant_type, q.blocksize, out);
@@ -392,8 +480,13 @@ void dequantize_4bit_impl(const Packed4bit& q, at::Tensor& out, bool allow_simd)
   }
   dispatch_float(out.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
-    dequantize_4bit_cpu<T>(q.packed.const_data_ptr<uint8_t>(), absmax.const_data_ptr<float>(), q.numel(), q.blocksize,
-                           q.quant_type, out.data_ptr<T>(), allow_simd);
+    dequantize_4bit_cpu<T>(q.packed.const_data_ptr<uint8_t>(),
+                           absmax.const_data_ptr<float>(),
+                           q.numel(),
+                           q.blocksize,
+                           q.quant_type,
+                           out.data_ptr<T>(),
+                           allow_simd);
   });
 }
 
@@ -411,7 +504,8 @@ void dequantize_4bit_into(const Packed4bit& q, at::Tensor& out) {
 }
 
 at::Tensor dequantize_4bit_scalar(const Packed4bit& q, at::ScalarType dtype) {
-  TORCH_CHECK(q.packed.device().is_cpu(), "dequantize_4bit_scalar is the CPU reference loop; got a tensor on ",
+  TORCH_CHECK(q.packed.device().is_cpu(),
+              "dequantize_4bit_scalar is the CPU reference loop; got a tensor on ",
               q.packed.device());
   check_out_dtype(dtype);
   at::Tensor out = at::empty(q.shape, q.packed.options().dtype(dtype));

@@ -39,7 +39,7 @@ struct Packed4bit {
   std::optional<NestedAbsmax> nested;
   QuantType quant_type = QuantType::nf4;
   int64_t blocksize = 64;
-  std::vector<int64_t> shape;                   // of the original tensor, e.g. [out, in]
+  std::vector<int64_t> shape;                    // of the original tensor, e.g. [out, in]
   at::ScalarType dtype = at::ScalarType::Float;  // of the original tensor
 
   int64_t numel() const;
@@ -81,7 +81,9 @@ struct Blockwise8bit {
 };
 Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<float, 256>& code, int64_t blocksize);
 // out[i] = code[codes[i]] * absmax[i / blocksize], float32.
-at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& code,
+at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes,
+                                     const at::Tensor& absmax,
+                                     const at::Tensor& code,
                                      int64_t blocksize);
 
 }  // namespace qtrain::ops

@@ -10,7 +10,8 @@ namespace {
 inline __m128i to_bf16(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
   const __m256i r = _mm256_blendv_epi8(rounded, _mm256_set1_epi32(0x7fc0), nan);
   // Pack the low 16 bits of the 8 lanes: packus works per 128-bit lane, so fix the order after.
@@ -20,8 +21,12 @@ inline __m128i to_bf16(__m256 v) {
 
 inline void store8(__m256 v, void* out, int64_t i, OutType type) {
   switch (type) {
-    case OutType::f32: _mm256_storeu_ps(static_cast<float*>(out) + i, v); break;
-    case OutType::bf16: _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(out) + i), to_bf16(v)); break;
+    case OutType::f32:
+      _mm256_storeu_ps(static_cast<float*>(out) + i, v);
+      break;
+    case OutType::bf16:
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(out) + i), to_bf16(v));
+      break;
     case OutType::f16:
       _mm_storeu_si128(reinterpret_cast<__m128i*>(static_cast<uint16_t*>(out) + i),
                        _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -43,22 +48,36 @@ bool cpu_has_avx2() {
   return has;
 }
 
+namespace {
+
+// 16 codes of `bytes` (8 packed bytes) -> out[i .. i+16), scaled by s.
+inline void dequant16(const uint8_t* bytes8, __m256 lo, __m256 hi, __m256 s, void* out, int64_t i, OutType type) {
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  // 8 bytes -> 16 codes in element order: high nibble (even index) first.
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8));
+  const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
+  // One float32 multiply per element, as bitsandbytes does.
+  store8(_mm256_mul_ps(lookup(_mm256_cvtepu8_epi32(codes), lo, hi), s), out, i, type);
+  store8(_mm256_mul_ps(lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)), lo, hi), s), out, i + 8, type);
+}
+
+}  // namespace
+
 void dequant_4bit_run(const uint8_t* packed, int64_t count, const float* lut16, float scale, void* out, OutType type) {
   const __m256 lo = _mm256_loadu_ps(lut16);
   const __m256 hi = _mm256_loadu_ps(lut16 + 8);
   const __m256 s = _mm256_set1_ps(scale);
-  const __m128i nibble = _mm_set1_epi8(0x0f);
-  for (int64_t i = 0; i < count; i += 16) {
-    // 8 bytes -> 16 codes in element order: high nibble (even index) first.
-    const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(packed + i / 2));
-    const __m128i high = _mm_and_si128(_mm_srli_epi16(bytes, 4), nibble);
-    const __m128i low = _mm_and_si128(bytes, nibble);
-    const __m128i codes = _mm_unpacklo_epi8(high, low);
-    const __m256i c0 = _mm256_cvtepu8_epi32(codes);
-    const __m256i c1 = _mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8));
-    // One float32 multiply per element, as bitsandbytes does.
-    store8(_mm256_mul_ps(lookup(c0, lo, hi), s), out, i, type);
-    store8(_mm256_mul_ps(lookup(c1, lo, hi), s), out, i + 8, type);
+  for (int64_t i = 0; i < count; i += 16) dequant16(packed + i / 2, lo, hi, s, out, i, type);
+}
+
+void dequant_4bit_blocks(const uint8_t* packed, const float* absmax, int64_t blocks, int64_t blocksize,
+                         const float* lut16, void* out, OutType type) {
+  const __m256 lo = _mm256_loadu_ps(lut16);
+  const __m256 hi = _mm256_loadu_ps(lut16 + 8);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256 s = _mm256_set1_ps(absmax[b]);
+    const int64_t start = b * blocksize;
+    for (int64_t i = start; i < start + blocksize; i += 16) dequant16(packed + i / 2, lo, hi, s, out, i, type);
   }
 }
 
@@ -72,8 +91,12 @@ void dequant_int8_run(const int8_t* q, int64_t count, float scale, void* out, Ou
   for (; i < count; ++i) {
     const float v = static_cast<float>(q[i]) * scale;
     switch (type) {
-      case OutType::f32: static_cast<float*>(out)[i] = v; break;
-      case OutType::bf16: _mm_storeu_si16(static_cast<uint16_t*>(out) + i, to_bf16(_mm256_set1_ps(v))); break;
+      case OutType::f32:
+        static_cast<float*>(out)[i] = v;
+        break;
+      case OutType::bf16:
+        _mm_storeu_si16(static_cast<uint16_t*>(out) + i, to_bf16(_mm256_set1_ps(v)));
+        break;
       case OutType::f16:
         _mm_storeu_si16(static_cast<uint16_t*>(out) + i, _mm256_cvtps_ph(_mm256_set1_ps(v), _MM_FROUND_TO_NEAREST_INT));
         break;

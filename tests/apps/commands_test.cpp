@@ -60,7 +60,8 @@ class Commands : public testing::Test {
                                          ref.tensor("labels")[row].contiguous().data_ptr<int64_t>() + 24);
       data << j.dump() << "\n";
     }
-    engine::io::safetensors_save(dir_ / "inputs.safetensors", {{"ids", ref.tensor("ids")}, {"labels", ref.tensor("labels")}});
+    engine::io::safetensors_save(dir_ / "inputs.safetensors",
+                                 {{"ids", ref.tensor("ids")}, {"labels", ref.tensor("labels")}});
     reference_ = ref.tensor("nf4.loss").item<double>();
     reference_lora_ = ref.tensor("nf4.lora.loss").item<double>();
   }
@@ -108,7 +109,8 @@ TEST_F(Commands, EvalRejectsABadConfigWithAMessage) {
                                    << "\nlora_rank: 8\n";
   const auto r = run(qtrain() + " eval " + (dir_ / "bad.yaml").string(), /*with_stderr=*/true);
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("bad.yaml:2:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bad.yaml:2:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"), std::string::npos)
+      << r.out;
 }
 
 TEST_F(Commands, QuantizeWritesAFolderTransformersAndQtrainLoadUnchanged) {
@@ -147,9 +149,9 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   EXPECT_TRUE(at::equal(folder.tensor("model.embed_tokens.weight"),
                         engine::io::HfFolder::open(dir_ / "again").tensor("model.embed_tokens.weight")));
   if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
-  engine::io::safetensors_save(dir_ / "tiny_inputs.safetensors",
-                               {{"ids", at::arange(12, at::kLong).view({1, 12})},
-                                {"labels", at::arange(12, at::kLong).view({1, 12})}});
+  engine::io::safetensors_save(
+      dir_ / "tiny_inputs.safetensors",
+      {{"ids", at::arange(12, at::kLong).view({1, 12})}, {"labels", at::arange(12, at::kLong).view({1, 12})}});
   const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
                       out.string() + " " + (dir_ / "tiny_inputs.safetensors").string());
   ASSERT_EQ(hf.status, 0);

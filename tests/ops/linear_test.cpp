@@ -179,8 +179,11 @@ TEST(LinearInt8, ForwardAndBackwardNeverWriteCbOrScb) {
 
 TEST(Linear, BadInputIsRejected) {
   const auto w = quantize_4bit(at::randn({16, 64}), QuantType::nf4, 64);
-  expect_error([&] { linear_4bit(at::randn({3, 32}), w); },
-               "linear_4bit: x has 32 input features but the weight [16, 64] expects 64");
+  expect_error(
+      [&] {
+        linear_4bit(at::randn({3, 32}), w);
+      },
+      "linear_4bit: x has 32 input features but the weight [16, 64] expects 64");
   expect_error([&] { linear_4bit(at::randn({3, 64}), w, at::randn({15})); }, "bias must be [16], got [15]");
   expect_error([&] { linear_4bit(at::randn({3, 64}).to(at::kDouble), w); }, "x has dtype Double");
   const auto q1 = quantize_4bit(at::randn({64}), QuantType::nf4, 64);

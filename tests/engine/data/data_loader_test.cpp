@@ -317,9 +317,12 @@ TEST(DataLoaderTest, RejectsBadInput) {
   expect_error([&] { DataLoader(bad, 1, 8, false, 0, 0); }, "sample 0 has 3 input_ids but 2 labels");
 
   DataLoader loader(make_samples({2, 2, 2}), 2, 8, false, 0, 0);
-  expect_error([&] { loader.seek({0, 2}); },
-               "DataLoader::seek: position (epoch 0, batch 2) is outside the data, which has 2 batches per epoch; was "
-               "the checkpoint saved with other data, micro_batch_size, sequence_len or sample_packing?");
+  expect_error(
+      [&] {
+        loader.seek({0, 2});
+      },
+      "DataLoader::seek: position (epoch 0, batch 2) is outside the data, which has 2 batches per epoch; was "
+      "the checkpoint saved with other data, micro_batch_size, sequence_len or sample_packing?");
   expect_error([&] { loader.seek({-1, 0}); }, "position (epoch -1, batch 0)");
 }
 

@@ -130,10 +130,10 @@ TEST_F(DatasetTest, TruncatesToSequenceLenAndCounts) {
 
 TEST_F(DatasetTest, DropsSamplesWithNothingToPredict) {
   // The first prompt fills the window (only masked tokens left); the second row predicts "5".
-  const auto d = file(
-      "{\"instruction\": \"" + std::string(100, 'x') + "\", \"output\": \"y\"}\n"
-      "{\"instruction\": \"Add.\", \"output\": \"5\"}\n",
-      "alpaca");
+  const auto d = file("{\"instruction\": \"" + std::string(100, 'x') +
+                          "\", \"output\": \"y\"}\n"
+                          "{\"instruction\": \"Add.\", \"output\": \"5\"}\n",
+                      "alpaca");
   const auto prompt_len = static_cast<int64_t>(1 + alpaca_prompt("Add.", "").size());
   DatasetStats stats;
   const auto samples = load_dataset(d, &tok_, prompt_len + 1, false, &stats);
@@ -176,7 +176,8 @@ TEST_F(DatasetTest, BadFilesAndTypes) {
   missing.type = "completion";
   expect_error([&] { load_dataset(missing, &tok_, 8, false); },
                "absent.jsonl: cannot open the dataset file (does it exist, is it readable?)");
-  expect_error([&] { load_dataset(file("\n \n", "completion"), &tok_, 8, false); }, "data.jsonl: the dataset has no rows");
+  expect_error([&] { load_dataset(file("\n \n", "completion"), &tok_, 8, false); },
+               "data.jsonl: the dataset has no rows");
   expect_error([&] { load_dataset(file(row, "completion"), &tok_, 1, false); }, "sequence_len must be at least 2");
 }
 
@@ -187,36 +188,42 @@ TEST_F(DatasetTest, BadRowsNameLineFieldAndFix) {
     std::string fragment;
   };
   const std::vector<Case> cases = {
-      {"completion", "{\"body\": \"x\"}",
+      {"completion",
+       "{\"body\": \"x\"}",
        "data.jsonl:3: missing \"text\"; a completion row holds its text in \"text\" (this row has keys: body); set "
        "the dataset's `field:` to the key that holds the text"},
       {"completion", "{}", "(this row has keys: none)"},
       {"completion", "{\"text\": 42}", "data.jsonl:3: \"text\" must be a string, found number 42"},
       {"completion", "{\"text\": null}", "data.jsonl:3: missing \"text\""},
       {"completion", "{\"text\": \"\"}", "data.jsonl:3: \"text\" is empty; fill it in or remove the line"},
-      {"alpaca", "{\"instruction\": \"a\"}",
+      {"alpaca",
+       "{\"instruction\": \"a\"}",
        "data.jsonl:3: missing \"output\"; an alpaca row is {\"instruction\": ..., \"input\": ... (optional), "
        "\"output\": ...}"},
       {"alpaca", "{\"output\": \"a\"}", "data.jsonl:3: missing \"instruction\""},
-      {"alpaca", "{\"instruction\": [\"a\"], \"output\": \"b\"}",
+      {"alpaca",
+       "{\"instruction\": [\"a\"], \"output\": \"b\"}",
        "data.jsonl:3: \"instruction\" must be a string, found array [\"a\"]"},
-      {"alpaca", "{\"instruction\": \"a\", \"input\": 1, \"output\": \"b\"}",
+      {"alpaca",
+       "{\"instruction\": \"a\", \"input\": 1, \"output\": \"b\"}",
        "data.jsonl:3: \"input\" must be a string, found number 1"},
       {"alpaca", "{\"instruction\": \"a\", \"output\": \"\"}", "data.jsonl:3: \"output\" is empty"},
       {"alpaca", "{\"instruction\": \"\", \"output\": \"b\"}", "data.jsonl:3: \"instruction\" is empty"},
       {"completion", "{\"text\": \"a\"", "data.jsonl:3: not valid JSON ("},
       {"completion", "[\"a\"]", "data.jsonl:3: each line must be one JSON object, found a JSON array"},
-      {"", "{\"text\": \"a\"}",
+      {"",
+       "{\"text\": \"a\"}",
        "data.jsonl:3: a pre-tokenized row needs \"input_ids\"; for text rows give the dataset a type"},
       {"pretokenized", "{\"input_ids\": [1, \"2\"]}", "data.jsonl:3: \"input_ids\" must hold integers, found \"2\""},
-      {"", "{\"input_ids\": [1, 2], \"labels\": [1]}",
+      {"",
+       "{\"input_ids\": [1, 2], \"labels\": [1]}",
        "data.jsonl:3: \"labels\" has 1 entries but \"input_ids\" has 2"},
   };
   // A good row, a blank line (skipped, but counted), then the bad row on line 3.
   for (const auto& c : cases) {
-    const std::string good = c.type == "alpaca" ? "{\"instruction\": \"i\", \"output\": \"o\"}"
-                              : c.type == "completion" ? "{\"text\": \"t\"}"
-                                                       : "{\"input_ids\": [1, 2]}";
+    const std::string good = c.type == "alpaca"       ? "{\"instruction\": \"i\", \"output\": \"o\"}"
+                             : c.type == "completion" ? "{\"text\": \"t\"}"
+                                                      : "{\"input_ids\": [1, 2]}";
     SCOPED_TRACE(c.row);
     expect_error([&] { load_dataset(file(good + "\n\n" + c.row + "\n", c.type), &tok_, 64, false); }, c.fragment);
   }

@@ -75,8 +75,7 @@ TEST_P(ModelParity, LogitsAndLossMatchTransformers) {
   EXPECT_LT(max_rel(logits, ref.tensor(quant + ".logits")), logits_tol(quant)) << arch << " " << quant;
   const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
   EXPECT_EQ(tokens, 39);  // 2 x 23 predicted positions, minus labels 1..4 of row 0 and the last 3 of row 1
-  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor(quant + ".loss").item<double>(),
-              quant == "int8" ? 5e-3 : 2e-6);
+  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor(quant + ".loss").item<double>(), quant == "int8" ? 5e-3 : 2e-6);
   if (quant == "int8") {
     EXPECT_LT(max_rel(logits, ref.tensor("int8_exact.logits")), 2e-5) << arch;
     EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("int8_exact.loss").item<double>(), 2e-6) << arch;
@@ -134,8 +133,9 @@ TEST(AdapterInterop, AnAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
   std::filesystem::create_directories(tmp);
   io::save_peft_adapter(tmp / "adapter", config, lora::lora_adapters(lm), (dir / "base").string());
   io::safetensors_save(tmp / "ids.safetensors", {{"ids", ref.tensor("ids")}});
-  const auto cmd = std::string(python) + " " + (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() +
-                   " " + (dir / "base").string() + " " + (tmp / "adapter").string() + " " +
+  const auto cmd = std::string(python) + " " +
+                   (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() + " " +
+                   (dir / "base").string() + " " + (tmp / "adapter").string() + " " +
                    (tmp / "ids.safetensors").string() + " " + (tmp / "peft.safetensors").string() + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   schedule::LayerScheduler scheduler(lm);
@@ -155,7 +155,9 @@ std::vector<Case> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Architectures, ModelParity, testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Architectures,
+                         ModelParity,
+                         testing::ValuesIn(cases()),
                          [](const testing::TestParamInfo<Case>& info) {
                            return info.param.arch + "_" + info.param.quant;
                          });

@@ -68,12 +68,13 @@ TEST_P(CheckpointEquivalence, LossAndEveryLoraGradientAreBitwiseIdentical) {
   const auto off = step(lm, CheckpointPolicy::none);
   EXPECT_EQ(off.stats.layers_checkpointed, 0);
   EXPECT_EQ(off.stats.layers_recomputed, 0);
-  for (auto [policy, k, expected] : {std::tuple{CheckpointPolicy::every_layer, 1, 3}, {CheckpointPolicy::every_kth, 2, 2}}) {
+  for (auto [policy, k, expected] :
+       {std::tuple{CheckpointPolicy::every_layer, 1, 3}, {CheckpointPolicy::every_kth, 2, 2}}) {
     const auto on = step(lm, policy, k);
     EXPECT_EQ(on.stats.layers_checkpointed, expected);
     EXPECT_EQ(on.stats.layers_recomputed, expected);
-    EXPECT_TRUE(test::bitwise_equal(on.loss, off.loss)) << v.name << ": " << on.loss.item<double>() << " vs "
-                                                        << off.loss.item<double>();
+    EXPECT_TRUE(test::bitwise_equal(on.loss, off.loss))
+        << v.name << ": " << on.loss.item<double>() << " vs " << off.loss.item<double>();
     ASSERT_EQ(on.grads.size(), off.grads.size());
     for (size_t i = 0; i < on.grads.size(); ++i) {
       ASSERT_TRUE(off.grads[i].abs().sum().item<double>() > 0) << "gradient " << i << " is zero";
@@ -84,7 +85,8 @@ TEST_P(CheckpointEquivalence, LossAndEveryLoraGradientAreBitwiseIdentical) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Bases, CheckpointEquivalence,
+INSTANTIATE_TEST_SUITE_P(Bases,
+                         CheckpointEquivalence,
                          testing::Values(Variant{QuantSpec::Kind::none, at::kFloat, "fp32"},
                                          Variant{QuantSpec::Kind::none, at::kBFloat16, "bf16"},
                                          Variant{QuantSpec::Kind::nf4, at::kFloat, "nf4_fp32"},
@@ -116,7 +118,8 @@ TEST(LayerScheduler, APackedRowGivesTheLossesOfItsSamplesSeparately) {
   const auto ra = scheduler.eval_loss(plan, a, a), rb = scheduler.eval_loss(plan, b, b);
   auto labels = at::cat({a, b}, 1);
   labels[0][10] = -100;
-  StepInputs packed{at::cat({a, b}, 1), labels,
+  StepInputs packed{at::cat({a, b}, 1),
+                    labels,
                     at::cat({at::arange(10, at::kLong), at::arange(14, at::kLong)}).unsqueeze(0),
                     at::cat({at::zeros({10}, at::kLong), at::ones({14}, at::kLong)}).unsqueeze(0)};
   const auto rp = scheduler.eval_loss(plan, packed);
@@ -136,8 +139,8 @@ TEST(LayerScheduler, PackedTrainingIsEqualWithAndWithoutCheckpointing) {
   auto lm = load(QuantSpec::Kind::nf4, at::kFloat, 0.1);
   at::manual_seed(9);
   const auto ids = at::randint(0, 160, {2, 16}, at::kLong);
-  StepInputs in{ids, ids, at::arange(16, at::kLong).remainder(8).repeat({2, 1}),
-                (at::arange(16, at::kLong) / 8).repeat({2, 1})};
+  StepInputs in{
+      ids, ids, at::arange(16, at::kLong).remainder(8).repeat({2, 1}), (at::arange(16, at::kLong) / 8).repeat({2, 1})};
   std::vector<at::Tensor> grads[2];
   for (int ck = 0; ck < 2; ++ck) {
     for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();

@@ -118,8 +118,12 @@ TEST_F(Trainer, CheckpointingOnAndOffGiveIdenticalLossCurves) {
 }
 
 TEST_F(Trainer, ResumedRunEqualsUninterruptedRunBitwise) {
-  std::vector<std::string> sets = {"load_in_4bit=true", "lora_dropout=0.1", "gradient_accumulation_steps=2",
-                                   "micro_batch_size=2", "sample_packing=true", "save_steps=4"};
+  std::vector<std::string> sets = {"load_in_4bit=true",
+                                   "lora_dropout=0.1",
+                                   "gradient_accumulation_steps=2",
+                                   "micro_batch_size=2",
+                                   "sample_packing=true",
+                                   "save_steps=4"};
   const auto full = train(config("full", sets));
   ASSERT_TRUE(fs::exists(full.output_dir / "checkpoint-8"));
   sets.push_back("resume_from_checkpoint=" + (full.output_dir / "checkpoint-8").string());
@@ -140,7 +144,14 @@ pid_t spawn_train(const fs::path& cfg, const std::string& a, const std::string& 
   const pid_t pid = fork();
   if (pid == 0) {
     std::freopen("/dev/null", "w", stdout);
-    execl(QTRAIN_BINARY, QTRAIN_BINARY, "train", cfg.c_str(), "--set", a.c_str(), "--set", b.c_str(),
+    execl(QTRAIN_BINARY,
+          QTRAIN_BINARY,
+          "train",
+          cfg.c_str(),
+          "--set",
+          a.c_str(),
+          "--set",
+          b.c_str(),
           static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -151,7 +162,8 @@ TEST_F(Trainer, KillDuringCheckpointWritesLeavesLoadableCheckpoints) {
   const pid_t pid = spawn_train(config_file("killed"), "save_steps=1", "max_steps=400");
   const auto out = dir_ / "out-killed";
   // Kill as soon as two checkpoints exist: the third is then being written or about to be.
-  for (int i = 0; i < 600 && list_checkpoints(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && list_checkpoints(out).size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
   ::kill(pid, SIGKILL);
   int status = 0;

@@ -30,9 +30,12 @@ std::string describe(int64_t rows, int64_t cols, at::ScalarType dtype, double th
 at::Tensor as_bits(const at::Tensor& t) {
   auto c = t.contiguous().cpu().reshape({-1});
   switch (c.element_size()) {
-    case 4: return c.view(at::kInt);
-    case 2: return c.view(at::kShort);
-    default: return c.view(at::kByte);
+    case 4:
+      return c.view(at::kInt);
+    case 2:
+      return c.view(at::kShort);
+    default:
+      return c.view(at::kByte);
   }
 }
 

@@ -41,9 +41,12 @@ std::string describe(QuantType type, int64_t blocksize, at::ScalarType dtype, in
 at::Tensor as_bits(const at::Tensor& t) {
   auto c = t.contiguous().cpu().reshape({-1});
   switch (c.element_size()) {
-    case 4: return c.view(at::kInt);
-    case 2: return c.view(at::kShort);
-    default: return c.view(at::kByte);
+    case 4:
+      return c.view(at::kInt);
+    case 2:
+      return c.view(at::kShort);
+    default:
+      return c.view(at::kByte);
   }
 }
 

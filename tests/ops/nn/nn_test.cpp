@@ -37,10 +37,16 @@ TEST(CrossEntropy, ChunkedSumEqualsFullCrossEntropyAndGradients) {
 TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
   const auto h = at::randn({4, 8});
   const auto w = at::randn({10, 8});
-  test::expect_error([&] { chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 10, 3}, at::kLong)); },
-                     "a label is outside [0, 10) and is not the ignore index -100");
-  test::expect_error([&] { chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 3}, at::kLong)); },
-                     "labels must be int64 [4]");
+  test::expect_error(
+      [&] {
+        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 10, 3}, at::kLong));
+      },
+      "a label is outside [0, 10) and is not the ignore index -100");
+  test::expect_error(
+      [&] {
+        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 3}, at::kLong));
+      },
+      "labels must be int64 [4]");
 }
 
 at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
@@ -61,8 +67,11 @@ TEST(Attention, CausalGqaAndSlidingWindowMatchAManualSoftmax) {
   EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 3), reference_attention(q, k, v, 3), 1e-5, 1e-6));
   // A window at least the sequence length is plain causal attention.
   EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 11), causal_attention(q, k, v), 1e-6, 1e-7));
-  test::expect_error([&] { causal_attention(q, at::randn({2, 3, 11, 8}), at::randn({2, 3, 11, 8})); },
-                     "4 query heads are not a multiple of 3 key/value heads");
+  test::expect_error(
+      [&] {
+        causal_attention(q, at::randn({2, 3, 11, 8}), at::randn({2, 3, 11, 8}));
+      },
+      "4 query heads are not a multiple of 3 key/value heads");
 }
 
 TEST(RmsNorm, NormalisesInFloat32ThenMultipliesInTheInputDtype) {
@@ -82,8 +91,8 @@ TEST(Rope, RotatesHalvesAndLlama3ScalingKeepsHighFrequencies) {
   s.original_max_position_embeddings = 64;
   const auto scaled = rope_inv_freq(64, 500000.0, s);
   const auto plain = rope_inv_freq(64, 500000.0, {});
-  EXPECT_EQ(scaled[0].item<float>(), plain[0].item<float>());                        // short wavelength: kept
-  EXPECT_NEAR(scaled[31].item<double>(), plain[31].item<double>() / 8, 1e-12);        // long wavelength: / factor
+  EXPECT_EQ(scaled[0].item<float>(), plain[0].item<float>());                   // short wavelength: kept
+  EXPECT_NEAR(scaled[31].item<double>(), plain[31].item<double>() / 8, 1e-12);  // long wavelength: / factor
   // Position 0 is the identity; a rotation keeps each (i, i + d/2) pair's norm.
   const auto x = at::randn({1, 1, 3, 8});
   const auto t = rope_tables(inv, at::arange(3, at::kLong), at::kFloat);

@@ -31,8 +31,11 @@ Packed4bit reference_packed(const nlohmann::json& c, const at::Tensor& x) {
   q.dtype = x.scalar_type();
   q.packed = ref().tensor(p + "packed");
   if (c.at("nested").get<bool>()) {
-    q.nested = NestedAbsmax{ref().tensor(p + "qabsmax"), ref().tensor(p + "absmax2"),
-                            ref().tensor(p + "nested_quant_map"), ref().tensor(p + "offset").item<float>(), 256};
+    q.nested = NestedAbsmax{ref().tensor(p + "qabsmax"),
+                            ref().tensor(p + "absmax2"),
+                            ref().tensor(p + "nested_quant_map"),
+                            ref().tensor(p + "offset").item<float>(),
+                            256};
   } else {
     q.absmax = ref().tensor(p + "absmax");
   }
@@ -45,8 +48,10 @@ TEST(Kbit, QuantizeIsByteIdenticalToBitsandbytes) {
   for (const auto& c : cases) {
     const auto p = c.at("prefix").get<std::string>();
     const auto x = ref().tensor(p + "x");
-    const auto q = quantize_4bit(x, quant_type_from_name(c.at("quant_type").get<std::string>()),
-                                 c.at("blocksize").get<int64_t>(), c.at("nested").get<bool>());
+    const auto q = quantize_4bit(x,
+                                 quant_type_from_name(c.at("quant_type").get<std::string>()),
+                                 c.at("blocksize").get<int64_t>(),
+                                 c.at("nested").get<bool>());
     ASSERT_TRUE(test::bitwise_equal(q.packed, ref().tensor(p + "packed")))
         << describe(c) << ": " << test::count_bitwise_diff(q.packed, ref().tensor(p + "packed"))
         << " packed bytes differ";
@@ -78,8 +83,7 @@ TEST(Kbit, DequantizeIsBitIdenticalToBitsandbytes) {
       // code 8 as +0.0 (its stored quant_map) instead of its kernels' -0.0; qtrain always uses
       // the kernels' table. Everything else must still be bit-identical.
       const auto both_zero = (dq == 0) & (expected == 0);
-      ASSERT_TRUE(test::bitwise_equal(dq.masked_fill(both_zero, 0), expected.masked_fill(both_zero, 0)))
-          << describe(c);
+      ASSERT_TRUE(test::bitwise_equal(dq.masked_fill(both_zero, 0), expected.masked_fill(both_zero, 0))) << describe(c);
       continue;
     }
     ASSERT_TRUE(test::bitwise_equal(dq, expected))
@@ -167,7 +171,8 @@ TEST(Kbit, BadInputIsRejectedWithAClearMessage) {
   auto q = quantize_4bit(x, QuantType::nf4, 64);
   auto bad = q;
   bad.absmax = q.absmax.narrow(0, 0, 7);
-  expect_error([&] { dequantize_4bit(bad); }, "absmax must be float32 [8] for 512 elements in blocks of 64, got Float [7]");
+  expect_error([&] { dequantize_4bit(bad); },
+               "absmax must be float32 [8] for 512 elements in blocks of 64, got Float [7]");
   bad = q;
   bad.absmax = q.absmax.to(at::kHalf);
   expect_error([&] { dequantize_4bit(bad); }, "absmax must be float32 [8]");
