@@ -10,6 +10,9 @@ export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/qtrain/ccache}"
 # Precompiled headers are only reused by ccache with these relaxations (ccache manual, "Precompiled headers").
 export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-8G}"
+# Paths relative to the checkout, so that every clone (CI's included) hits the same cache entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+export CCACHE_NOHASHDIR=true
 
 if [ ! -f "$build/build.ninja" ]; then
   echo "[build] configuring $build"

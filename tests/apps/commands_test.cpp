@@ -137,6 +137,53 @@ TEST_F(Commands, QuantizeWritesAFolderTransformersAndQtrainLoadUnchanged) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), reference_, 2e-6);
 }
 
+TEST_F(Commands, MergeWritesAPlainFolderTransformersLoadsWithTheAdaptersLoss) {
+  // The fixture adapter folded into the float32 base: transformers without peft must compute the
+  // loss peft computes on base + adapter.
+  std::ofstream(dir_ / "fp32.yaml") << "base_model: " << (test::model_fixture("llama") / "base").string()
+                                    << "\nlora_target_linear: true\ndevice: cpu\n";
+  const auto out = dir_ / "merged";
+  ASSERT_EQ(run(qtrain() + " merge " + (dir_ / "fp32.yaml").string() + " --adapter " +
+                (test::model_fixture("llama") / "adapter").string() + " --dtype fp32 --out " + out.string())
+                .status,
+            0);
+  const auto merged = engine::io::HfFolder::open(out);
+  EXPECT_FALSE(merged.config().contains("quantization_config"));
+  EXPECT_EQ(merged.dtype("model.layers.0.self_attn.q_proj.weight"), at::kFloat);
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto ref = engine::io::SafetensorsFile::open(test::model_fixture("llama") / "reference.safetensors");
+  const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                      out.string() + " " + (dir_ / "inputs.safetensors").string());
+  ASSERT_EQ(hf.status, 0);
+  // Merging rounds W + s*B*A once per weight; the loss moves by float32 rounding only.
+  EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("fp32.lora.loss").item<double>(), 1e-5);
+}
+
+TEST_F(Commands, TheDemoConfigTrainsAndItsLossFalls) {
+  // configs/demo.yaml as scripts/demo.sh runs it, with the model and the output in a temporary
+  // folder and fewer steps.
+  const auto model = dir_ / "demo-llama";
+  ASSERT_EQ(run(qtrain() + " init-model --arch llama --preset demo --seed 0 --out " + model.string()).status, 0);
+  const auto out = dir_ / "demo-out";
+  const auto r = run(qtrain() + " train " + (fs::path(QTRAIN_SOURCE_DIR) / "configs/demo.yaml").string() +
+                     " --set base_model=" + model.string() + " --set output_dir=" + out.string() +
+                     " --set max_steps=30 --set eval_steps=15 --set save_steps=15");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<double> losses, eval_losses;
+  std::ifstream in(out / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+    if (j.contains("eval_loss")) eval_losses.push_back(j.at("eval_loss").get<double>());
+  }
+  ASSERT_EQ(losses.size(), 3u);  // logging_steps 10
+  ASSERT_EQ(eval_losses.size(), 2u);
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << "the demo's loss must fall clearly";
+  EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors"));
+  EXPECT_TRUE(fs::exists(out / "checkpoint-30" / "optimizer.safetensors"));
+  EXPECT_NE(r.out.find("step 30/30 | epoch"), std::string::npos) << r.out;
+}
+
 TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   const auto out = dir_ / "tiny-qwen3";
   ASSERT_EQ(run(qtrain() + " init-model --arch qwen3 --preset tiny --seed 5 --out " + out.string()).status, 0);

@@ -139,6 +139,23 @@ TEST_F(Trainer, ResumedRunEqualsUninterruptedRunBitwise) {
   }
 }
 
+TEST_F(Trainer, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
+  // A learning rate of 1e30 without clipping blows the adapter up after the first update; every
+  // later step then has a non-finite loss, is skipped, and the tenth in a row ends the run.
+  try {
+    train(config("blowup", {"learning_rate=1e30", "warmup_steps=0", "max_grad_norm=0", "save_steps=1"}));
+    FAIL() << "the run did not stop";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_NE(msg.find("10 steps in a row had a non-finite loss or gradient"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Lower learning_rate"), std::string::npos) << msg;
+  }
+  // Nothing written before the stop is lost: the checkpoints of the skipped steps load.
+  const auto all = list_checkpoints(dir_ / "out-blowup");
+  ASSERT_GE(all.size(), 2u);
+  EXPECT_GT(load_checkpoint(all.back()).state.skipped_steps, 0);
+}
+
 // `qtrain train cfg --set a --set b` in a child process.
 pid_t spawn_train(const fs::path& cfg, const std::string& a, const std::string& b) {
   const pid_t pid = fork();
