@@ -495,10 +495,9 @@ TEST_F(BnbCheckpointTest, QuantizationConfigIsTransformers) {
 // --- interop with transformers + bitsandbytes ------------------------------------------------
 
 fs::path reference_script() {
-  const char* root = std::getenv("QTRAIN_SOURCE_DIR");
-  const fs::path repo =
-      root ? fs::path(root) : fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
-  return repo / "scripts" / "reference" / "bnb_checkpoint_reference.py";
+  // QTRAIN_SOURCE_DIR: the repository root, a compile definition of the test target (__FILE__
+  // can be relative under ccache's base_dir).
+  return fs::path(QTRAIN_SOURCE_DIR) / "scripts" / "reference" / "bnb_checkpoint_reference.py";
 }
 
 class BnbCheckpointInteropTest : public BnbCheckpointTest {

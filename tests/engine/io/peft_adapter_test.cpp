@@ -561,9 +561,8 @@ TEST_F(PeftInteropTest, AdaptersAndNumericsMatchPeft) {
   std::snprintf(scaling, sizeof scaling, "%.17g", ours.scaling());
   safetensors_save(dir_ / "qtrain_expected.safetensors", expected, {{"scaling", scaling}});
 
-  // This file is tests/engine/io/ in the source tree (CMake compiles it by its absolute path).
-  const fs::path script =
-      (fs::path(__FILE__).parent_path() / "../../../scripts/reference/peft_reference.py").lexically_normal();
+  // QTRAIN_SOURCE_DIR: the repository root, a compile definition of the test target.
+  const fs::path script = fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/peft_reference.py";
   const fs::path log = dir_ / "peft_reference.log";
   const std::string command = "'" + python_ + "' '" + script.string() + "' --work '" + dir_.string() +
                               "' --qtrain-adapter '" + qtrain_adapter.string() + "' --qtrain-expected '" +
