@@ -2,6 +2,7 @@
 // huggingface_hub (`split_torch_state_dict_into_shards`, `save_torch_state_dict`) and
 // transformers' save_pretrained (shared/reference/libtorch-notes.md §6).
 #include "engine/io/hf_folder.h"
+#include "engine/io/durable_file.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -42,56 +43,6 @@ nlohmann::json parse_json_file(const std::filesystem::path& path,
   } catch (const nlohmann::json::parse_error& e) {
     TORCH_CHECK(false, path.string(), ": not valid JSON (", e.what(), "); fix the file or download it again");
   }
-}
-
-// Closes a descriptor on every path out of a scope.
-struct Fd {
-  int fd;
-  explicit Fd(int fd) : fd(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-// Writes `text` to "<path>.tmp", flushes it and renames it over `path` (the same protocol as
-// safetensors_save): a crash leaves the old file or the new one, never a torn one.
-void write_text_atomic(const std::filesystem::path& path, std::string_view text) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    const Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    TORCH_CHECK(fd.fd >= 0, "cannot create ", tmp.string(), " to write ", path.string(), ": ", std::strerror(errno));
-    const char* p = text.data();
-    size_t left = text.size();
-    while (left > 0) {
-      const ssize_t n = ::write(fd.fd, p, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        TORCH_CHECK(false, "cannot write ", tmp.string(), ": ", std::strerror(err));
-      }
-      p += n;
-      left -= static_cast<size_t>(n);
-    }
-    if (::fsync(fd.fd) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      TORCH_CHECK(false, "cannot flush ", tmp.string(), ": ", std::strerror(err));
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    TORCH_CHECK(false, "cannot rename ", tmp.string(), " to ", path.string(), ": ", std::strerror(err));
-  }
-  const Fd dir(::open(path.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  TORCH_CHECK(dir.fd >= 0 && ::fsync(dir.fd) == 0,
-              path.string(),
-              " was written, but flushing its directory failed (",
-              std::strerror(errno),
-              "); a crash now could lose the rename");
 }
 
 std::string dump_json(const nlohmann::json& value, const std::filesystem::path& path) {
@@ -370,10 +321,10 @@ void save_hf_folder(const std::filesystem::path& dir,
       for (const auto& entry : shards[i]) weight_map[entry.first] = file;
     }
     const nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", std::move(weight_map)}};
-    write_text_atomic(dir / kIndexFile, dump_json(index, dir / kIndexFile));
+    write_file_atomic(dir / kIndexFile, dump_json(index, dir / kIndexFile));
     written.insert(kIndexFile);
   }
-  write_text_atomic(dir / kConfigFile, dump_json(config, dir / kConfigFile));
+  write_file_atomic(dir / kConfigFile, dump_json(config, dir / kConfigFile));
 
   // Only now, with the new weights complete, remove those of an earlier save: until here the
   // old single file (which readers prefer) or the old index kept the folder consistent.

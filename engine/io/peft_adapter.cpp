@@ -2,6 +2,7 @@
 // (peft/tuners/lora/config.py) and PeftModel.save_pretrained, summarised in
 // shared/reference/peft-and-axolotl.md §§1-3.
 #include "engine/io/peft_adapter.h"
+#include "engine/io/durable_file.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -35,43 +36,6 @@ constexpr std::string_view kSuffixB = ".lora_B.weight";
 const std::set<std::string> kAdapterFolderFiles = {kPeftConfigFile, kPeftWeightsFile, "adapter_model.bin", "README.md"};
 
 // --- writing ---------------------------------------------------------------------------------
-
-void write_all(int fd, const std::string& data, const std::string& what) {
-  const char* p = data.data();
-  size_t size = data.size();
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    TORCH_CHECK(n > 0, "cannot write ", what, ": ", std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
-void write_file_synced(const fs::path& path, const std::string& data) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TORCH_CHECK(fd >= 0, "cannot create ", path.string(), ": ", std::strerror(errno));
-  try {
-    write_all(fd, data, path.string());
-    TORCH_CHECK(::fsync(fd) == 0, "cannot flush ", path.string(), ": ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  TORCH_CHECK(::close(fd) == 0, "cannot close ", path.string(), ": ", std::strerror(errno));
-}
-
-// A rename or a new entry is durable only once its directory is flushed.
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "cannot open folder ", dir.string(), " to flush it: ", std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  TORCH_CHECK(rc == 0, "cannot flush folder ", dir.string(), ": ", std::strerror(err));
-}
 
 // "<dir>.tmp" while the new adapter is written; removed on every way out. After an exchange it
 // holds the old adapter, so removing it is also how the old one goes.
@@ -410,10 +374,7 @@ void save_peft_adapter(const fs::path& dir,
     // weights first, so a crash leaves the old adapter or new weights with an equal config.
     fs::create_directories(target);
     safetensors_save(target / kPeftWeightsFile, tensors);
-    const fs::path config_tmp = target / (std::string(kPeftConfigFile) + ".tmp");
-    write_file_synced(config_tmp, config_text);
-    fs::rename(config_tmp, target / kPeftConfigFile);
-    fsync_dir(target);
+    write_file_atomic(target / kPeftConfigFile, config_text);
     return;
   }
 

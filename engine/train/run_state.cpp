@@ -1,9 +1,6 @@
 // See run_state.h.
 #include "engine/train/run_state.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <fstream>
 #include <regex>
@@ -11,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/io/durable_file.h"
 #include "engine/io/safetensors.h"
 
 namespace qtrain::engine::train {
@@ -21,22 +19,6 @@ constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng_state.safetensors";
 constexpr const char* kConfigFile = "run_config.yaml";
-
-void write_synced(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  TORCH_CHECK(fd >= 0, "cannot write ", path.string(), ": ", std::strerror(errno));
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  TORCH_CHECK(ok, "cannot write ", path.string(), ": ", std::strerror(errno), " (is the disk full?)");
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
 
 std::optional<int64_t> checkpoint_step(const fs::path& dir) {
   static const std::regex name("checkpoint-([0-9]+)");
@@ -69,12 +51,12 @@ fs::path save_checkpoint(const fs::path& output_dir,
                             {"data_epoch", state.data.epoch},
                             {"data_batch", state.data.batch},
                             {"format", "qtrain-checkpoint-1"}};
-  write_synced(tmp / kConfigFile, run_config_yaml);
-  write_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
-  fsync_dir(tmp);
+  io::write_file_synced(tmp / kConfigFile, run_config_yaml);
+  io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
+  io::fsync_dir(tmp);
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run reaching the same step
   fs::rename(tmp, final_dir);
-  fsync_dir(output_dir);
+  io::fsync_dir(output_dir);
   return final_dir;
 }
 
