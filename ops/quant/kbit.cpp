@@ -153,8 +153,13 @@ void dequantize_4bit_cpu(const uint8_t* packed,
       // Full blocks in one vectorized call; a partial last block goes through the loop below.
       const int64_t full_end = std::min(b1, n / blocksize);
       if (full_end > b0) {
-        simd::dequant_4bit_blocks(packed + b0 * blocksize / 2, absmax + b0, full_end - b0, blocksize, lut,
-                                  out + b0 * blocksize, simd_out_type<T>());
+        simd::dequant_4bit_blocks(packed + b0 * blocksize / 2,
+                                  absmax + b0,
+                                  full_end - b0,
+                                  blocksize,
+                                  lut,
+                                  out + b0 * blocksize,
+                                  simd_out_type<T>());
       }
       b0 = std::max(b0, full_end);
     }

@@ -55,7 +55,8 @@ inline void dequant16(const uint8_t* bytes8, __m256 lo, __m256 hi, __m256 s, voi
   const __m128i nibble = _mm_set1_epi8(0x0f);
   // 8 bytes -> 16 codes in element order: high nibble (even index) first.
   const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes8));
-  const __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
+  const __m128i codes =
+      _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), nibble), _mm_and_si128(bytes, nibble));
   // One float32 multiply per element, as bitsandbytes does.
   store8(_mm256_mul_ps(lookup(_mm256_cvtepu8_epi32(codes), lo, hi), s), out, i, type);
   store8(_mm256_mul_ps(lookup(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8)), lo, hi), s), out, i + 8, type);
@@ -70,8 +71,13 @@ void dequant_4bit_run(const uint8_t* packed, int64_t count, const float* lut16, 
   for (int64_t i = 0; i < count; i += 16) dequant16(packed + i / 2, lo, hi, s, out, i, type);
 }
 
-void dequant_4bit_blocks(const uint8_t* packed, const float* absmax, int64_t blocks, int64_t blocksize,
-                         const float* lut16, void* out, OutType type) {
+void dequant_4bit_blocks(const uint8_t* packed,
+                         const float* absmax,
+                         int64_t blocks,
+                         int64_t blocksize,
+                         const float* lut16,
+                         void* out,
+                         OutType type) {
   const __m256 lo = _mm256_loadu_ps(lut16);
   const __m256 hi = _mm256_loadu_ps(lut16 + 8);
   for (int64_t b = 0; b < blocks; ++b) {

@@ -20,8 +20,13 @@ void dequant_4bit_run(const uint8_t* packed, int64_t count, const float* lut16, 
 
 // The same for `blocks` consecutive full blocks of `blocksize` codes (a multiple of 16), block b
 // scaled by absmax[b]: one call for a whole run of blocks keeps the tables in registers.
-void dequant_4bit_blocks(const uint8_t* packed, const float* absmax, int64_t blocks, int64_t blocksize,
-                         const float* lut16, void* out, OutType type);
+void dequant_4bit_blocks(const uint8_t* packed,
+                         const float* absmax,
+                         int64_t blocks,
+                         int64_t blocksize,
+                         const float* lut16,
+                         void* out,
+                         OutType type);
 
 // out[c] = float(q[c]) * scale, c in [0, count), rounded to the output type.
 void dequant_int8_run(const int8_t* q, int64_t count, float scale, void* out, OutType type);
