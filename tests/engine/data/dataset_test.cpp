@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -27,13 +28,7 @@ std::vector<int64_t> concat(std::initializer_list<std::vector<int64_t>> parts) {
 
 class DatasetTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("qtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
   void TearDown() override { fs::remove_all(dir_); }
 
   config::DatasetConfig file(const std::string& text, const std::string& type, const std::string& name = "data.jsonl") {

@@ -21,6 +21,7 @@
 
 #include "engine/io/safetensors.h"
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace qtrain::engine::io {
 namespace {
@@ -137,13 +138,7 @@ void expect_same_4bit(const ops::Packed4bit& a, const ops::Packed4bit& b, const 
 
 class BnbCheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("qtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // A folder holding `tensors`; returns it opened.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace qtrain::engine::io {
 namespace {
@@ -101,13 +102,7 @@ nlohmann::json tiny_llama_config(const std::string& dtype) {
 // Each test gets its own directory under the system temp dir, removed afterwards.
 class HfFolderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("qtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // t0..t4 in three shards: [t0, t1], [t2, t3], [t4] with a 1000-byte limit.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace qtrain::engine::train {
 namespace {
@@ -55,12 +56,7 @@ std::vector<json> second_run() {
 
 class MetricsLogTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("qtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/false); }
   void TearDown() override { fs::remove_all(dir_); }
 
   // Logs both runs, each through its own MetricsLog, as a run and its resumption would.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/expect_error.h"
+#include "tests/temp_dir.h"
 
 namespace qtrain::engine::train {
 namespace {
@@ -77,12 +78,7 @@ TEST(TensorBoardEncodeTest, RecordFramingMatchesTfRecord) {
 
 class TensorBoardWriterTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("qtrain_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/false); }
   void TearDown() override { fs::remove_all(dir_); }
 
   fs::path dir_;
