@@ -91,4 +91,52 @@ int64_t LinearLayer::base_nbytes() const {
   return std::get<ops::Int8Weight>(weight).nbytes();
 }
 
+std::vector<at::Tensor> LinearLayer::base_tensors() const {
+  if (const auto* dense = std::get_if<at::Tensor>(&weight)) return {*dense};
+  if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
+    if (q4->nested) return {q4->packed, q4->nested->qabsmax, q4->nested->absmax2, q4->nested->code};
+    return {q4->packed, q4->absmax};
+  }
+  const auto& w8 = std::get<ops::Int8Weight>(weight);
+  return {w8.cb(), w8.scb()};
+}
+
+void LinearLayer::rebind_base_tensors(const std::vector<at::Tensor>& tensors) {
+  const auto current = base_tensors();
+  TORCH_CHECK(tensors.size() == current.size(),
+              name,
+              ": its base weight is stored in ",
+              current.size(),
+              " tensors, got ",
+              tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TORCH_CHECK(tensors[i].scalar_type() == current[i].scalar_type() && tensors[i].sizes() == current[i].sizes(),
+                name,
+                ": base tensor ",
+                i,
+                " is ",
+                current[i].scalar_type(),
+                " ",
+                current[i].sizes(),
+                "; it cannot be rebound to ",
+                tensors[i].scalar_type(),
+                " ",
+                tensors[i].sizes());
+  }
+  if (auto* dense = std::get_if<at::Tensor>(&weight)) {
+    *dense = tensors[0];
+  } else if (auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
+    q4->packed = tensors[0];
+    if (q4->nested) {
+      q4->nested->qabsmax = tensors[1];
+      q4->nested->absmax2 = tensors[2];
+      q4->nested->code = tensors[3];
+    } else {
+      q4->absmax = tensors[1];
+    }
+  } else {
+    weight = ops::Int8Weight::from_quantized(tensors[0], tensors[1], name);
+  }
+}
+
 }  // namespace qtrain::engine::model

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -45,6 +46,13 @@ struct LinearLayer {
   at::Tensor dense_weight(at::ScalarType dtype) const;
   // Bytes of the frozen base weight as stored (packed codes and scales for quantized weights).
   int64_t base_nbytes() const;
+  // The tensors the frozen base weight is stored in, in a fixed order: 4-bit: packed codes, then
+  // absmax or (double quantization) qabsmax, absmax2, code; int8: CB, SCB; dense: the weight.
+  // The bias is not among them. This is what offload/ moves between host and device.
+  std::vector<at::Tensor> base_tensors() const;
+  // Points the base weight at other storage holding the same values (a device slot, or the host
+  // store): `tensors` in base_tensors() order, with the same dtypes and shapes.
+  void rebind_base_tensors(const std::vector<at::Tensor>& tensors);
 };
 
 }  // namespace qtrain::engine::model

@@ -40,8 +40,9 @@ ExecutionPlan LayerScheduler::prepare_training(CheckpointPolicy policy, int64_t 
   const int64_t n = model_.config().num_layers;
   std::vector<bool> checkpoint(n, false);  // ... then the checkpoints
   for (int64_t i = 0; i < n; ++i) {
-    checkpoint[i] =
-        policy == CheckpointPolicy::every_layer || (policy == CheckpointPolicy::every_kth && i % every_k == 0);
+    // A layer whose weights leave the device between forward and backward is always recomputed.
+    checkpoint[i] = policy == CheckpointPolicy::every_layer ||
+                    (policy == CheckpointPolicy::every_kth && i % every_k == 0) || residency_->needs_recompute(i);
   }
   return ExecutionPlan(true, std::move(checkpoint));
 }
@@ -64,6 +65,13 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
               plan.num_layers(),
               " layers but the model has ",
               model_.layers().size());
+  // Forward acquires every layer in order; backward re-acquires the checkpointed ones, last first.
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < plan.num_layers(); ++i) order.push_back(i);
+  for (int64_t i = plan.num_layers() - 1; plan.training() && i >= 0; --i) {
+    if (plan.checkpointed(i)) order.push_back(i);
+  }
+  residency_->plan_acquisitions(order);
   for (const auto& layer : model_.layers()) {
     const int64_t i = layer.index;
     residency_->acquire(i);

@@ -42,7 +42,8 @@ class LayerScheduler {
   explicit LayerScheduler(model::CausalLM& model, std::shared_ptr<WeightResidency> residency = nullptr);
 
   // Puts the model in training mode, then marks the layers the policy checkpoints (every_kth:
-  // layers 0, k, 2k, ...). The only way to get a training plan.
+  // layers 0, k, 2k, ...) and those whose weights the residency does not keep on the device
+  // (offloaded layers). The only way to get a training plan.
   ExecutionPlan prepare_training(CheckpointPolicy policy, int64_t every_k = 1);
   ExecutionPlan prepare_eval();
 

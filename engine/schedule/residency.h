@@ -1,18 +1,27 @@
 // The seam through which a layer's weights become usable on the compute device. The scheduler
 // calls acquire(i) before layer i computes (in forward, and again before its recompute in
-// backward) and release(i) after. Resident weights need nothing; offloaded layers (offload/)
-// and sharded layers (engine/dist) will copy or gather into device slots here.
+// backward) and release(i) after. Resident weights need nothing; offloaded layers
+// (offloaded_weights.h) are copied into device slots here, and sharded layers (engine/dist) will
+// be gathered into them.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace qtrain::engine::schedule {
 
 class WeightResidency {
  public:
   virtual ~WeightResidency() = default;
+  // The layers the coming pass acquires, in order (a training step: every layer forward, then
+  // the checkpointed ones in reverse for their recompute), so copies can run ahead of the compute.
+  virtual void plan_acquisitions(const std::vector<int64_t>& order) {}
   virtual void acquire(int64_t layer) = 0;
   virtual void release(int64_t layer) = 0;
+  // Whether the layer's weights leave the device between its forward and its backward; such a
+  // layer must be checkpointed (recomputed after a fresh acquire), never differentiated through
+  // tensors saved from a slot that has been reused since.
+  virtual bool needs_recompute(int64_t layer) const { return false; }
 };
 
 // Every layer lives on the device for the whole run. Counts calls, so tests and stats can see
