@@ -10,6 +10,7 @@ at::Device resolve_device(const std::string& device) {
   if (device == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   at::Device d(device);
   TORCH_CHECK(d.is_cpu() || d.is_cuda(), "device '", device, "' is not supported; use auto, cpu, cuda or cuda:N");
+  if (d.is_cuda() && !d.has_index()) d = at::Device(at::kCUDA, 0);  // memory limits and streams need an index
   TORCH_CHECK(!d.is_cuda() || at::hasCUDA(),
               "device '",
               device,
@@ -55,6 +56,18 @@ lora::LoraConfig lora_config(const RunConfig& config) {
   c.target_all_linear = config.lora_target_linear;
   c.use_rslora = config.peft_use_rslora;
   return c;
+}
+
+schedule::CheckpointPolicy checkpoint_policy(const RunConfig& config) {
+  switch (config.gradient_checkpointing) {
+    case GradientCheckpointing::off:
+      return schedule::CheckpointPolicy::none;
+    case GradientCheckpointing::every_kth:
+      return schedule::CheckpointPolicy::every_kth;
+    case GradientCheckpointing::every_layer:
+      break;
+  }
+  return schedule::CheckpointPolicy::every_layer;
 }
 
 }  // namespace qtrain::engine::config

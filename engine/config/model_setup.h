@@ -8,6 +8,7 @@
 #include "engine/config/run_config.h"
 #include "engine/lora/lora_config.h"
 #include "engine/model/causal_lm.h"
+#include "engine/schedule/execution_plan.h"
 
 namespace qtrain::engine::config {
 
@@ -18,5 +19,7 @@ at::ScalarType compute_dtype(const RunConfig& config, const at::Device& device);
 model::QuantSpec quant_spec(const RunConfig& config);
 model::LoadOptions load_options(const RunConfig& config);
 lora::LoraConfig lora_config(const RunConfig& config);
+// gradient_checkpointing as the scheduler's policy (its k is gradient_checkpointing_every_k).
+schedule::CheckpointPolicy checkpoint_policy(const RunConfig& config);
 
 }  // namespace qtrain::engine::config

@@ -20,6 +20,8 @@
 #include <sstream>
 #include <utility>
 
+#include "engine/config/byte_size.h"
+
 namespace qtrain::engine::config {
 namespace {
 
@@ -69,6 +71,9 @@ const std::vector<std::string> kKeys = {
     "bf16",
     "fp16",
     "device",
+    "offload_layers",
+    "offload_prefetch_depth",
+    "gpu_memory_limit",
     "output_dir",
     "save_steps",
     "save_total_limit",
@@ -127,6 +132,8 @@ const std::vector<Unsupported> kUnsupported = {
     {"unfrozen_parameters", "only LoRA adapters are trained, the base stays frozen; remove the key"},
     {"gradient_checkpointing_kwargs", "qtrain's checkpointing has no such options; remove the key"},
     {"activation_offloading", "activation offloading is not supported; remove the key"},
+    {"layer_offloading",
+     "qtrain streams layers from host RAM with its own keys: offload_layers: auto (see `qtrain plan`); remove the key"},
     {"tf32", "remove the key"},
     {"torch_compile", "qtrain is compiled C++, there is nothing to torch.compile; remove the key"},
     {"dataset_prepared_path", "qtrain keeps no cache of tokenized data; remove the key"},
@@ -892,6 +899,33 @@ RunConfig read_config(Reader& r) {
     }
     c.device = v;
   }
+  if (const Entry* e = r.find("offload_layers")) {
+    if (e->value.IsScalar() && e->value.Scalar() == "auto") {
+      c.offload_layers_auto = true;
+    } else {
+      c.offload_layers = r.integer_of(
+          *e, at_least(0), "use auto (as few layers as fit gpu_memory_limit) or a number of layers, 0 for none");
+    }
+  }
+  c.offload_prefetch_depth = r.integer("offload_prefetch_depth",
+                                       c.offload_prefetch_depth,
+                                       at_least(1),
+                                       "use 1 (copy the next offloaded layer while one computes) or more");
+  if (const Entry* e = r.find_written("offload_prefetch_depth");
+      e && c.offload_prefetch_depth != 1 && !c.offload_layers_auto && c.offload_layers == 0) {
+    fail(e->key_place(),
+         e->key,
+         std::to_string(c.offload_prefetch_depth) +
+             " has no effect without offloaded layers; set offload_layers (auto or a number), or remove this key");
+  }
+  if (const Entry* e = r.find("gpu_memory_limit")) {
+    const std::optional<int64_t> v = e->value.IsScalar() ? parse_byte_size(e->value.Scalar()) : std::nullopt;
+    if (!v) {
+      e->fail_value("expected a size such as 20GiB, 24GB or 20 (GiB), got " + shown(e->value) +
+                    "; 0 or blank: the whole device");
+    }
+    c.gpu_memory_limit = *v;
+  }
 
   c.output_dir = r.path("output_dir", c.output_dir);
   if (c.output_dir.empty()) {
@@ -1118,6 +1152,9 @@ std::string to_yaml(const RunConfig& c) {
   }
   line("fp16", boolean_text(c.fp16));
   line("device", c.device);
+  line("offload_layers", c.offload_layers_auto ? "auto" : std::to_string(c.offload_layers));
+  line("offload_prefetch_depth", std::to_string(c.offload_prefetch_depth));
+  line("gpu_memory_limit", format_byte_size(c.gpu_memory_limit));
   line("output_dir", quoted(c.output_dir.string()));
   line("save_steps", std::to_string(c.save_steps));
   line("save_total_limit", std::to_string(c.save_total_limit));

@@ -119,6 +119,16 @@ struct RunConfig {
   bool fp16 = false;
   // (qtrain) "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N".
   std::string device = "auto";
+  // (qtrain) Decoder layers whose quantized weights live in pinned host RAM and are copied to the
+  // GPU for each use. `offload_layers: auto` sets offload_layers_auto: as few layers as make the
+  // step fit gpu_memory_limit, by the plan `qtrain plan` prints (offload_layers is then 0).
+  int64_t offload_layers = 0;
+  bool offload_layers_auto = false;
+  // (qtrain) Offloaded layers copied ahead of the compute (device slots: one more than this).
+  int64_t offload_prefetch_depth = 1;
+  // Device memory the run may use, in bytes; written as 20GiB, 24GB, 512MiB, or a bare number of
+  // GiB. 0: the whole device.
+  int64_t gpu_memory_limit = 0;
 
   // --- output, logging, resume ---
   // Where checkpoints, the adapter, logs and the resolved config go. Resolved like base_model.

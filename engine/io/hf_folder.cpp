@@ -77,23 +77,27 @@ std::string no_weights_message(const std::filesystem::path& dir) {
 
 }  // namespace
 
-HfFolder HfFolder::open(const std::filesystem::path& dir) {
+nlohmann::json read_config_json(const std::filesystem::path& dir) {
   TORCH_CHECK(std::filesystem::is_directory(dir),
               dir.string(),
               " is not a directory; expected a Hugging Face model folder (config.json + *.safetensors)");
-  HfFolder folder;
-  folder.dir_ = dir;
-
   const std::filesystem::path config_path = dir / kConfigFile;
   TORCH_CHECK(std::filesystem::exists(config_path),
               config_path.string(),
               " does not exist; a Hugging Face model folder needs its config.json (download it with the weights)");
-  folder.config_ = parse_json_file(config_path);
-  TORCH_CHECK(folder.config_.is_object(),
+  nlohmann::json config = parse_json_file(config_path);
+  TORCH_CHECK(config.is_object(),
               config_path.string(),
               ": expected a JSON object, got a ",
-              folder.config_.type_name(),
+              config.type_name(),
               "; the file is not a model config");
+  return config;
+}
+
+HfFolder HfFolder::open(const std::filesystem::path& dir) {
+  HfFolder folder;
+  folder.dir_ = dir;
+  folder.config_ = read_config_json(dir);
 
   const std::filesystem::path single = dir / kSingleFile;
   const std::filesystem::path index_path = dir / kIndexFile;

@@ -23,6 +23,9 @@
 
 namespace qtrain::engine::io {
 
+// `dir`/config.json as written, checked to be a JSON object; the weight files are not opened.
+nlohmann::json read_config_json(const std::filesystem::path& dir);
+
 class HfFolder {
  public:
   // Reads config.json and opens and validates every weight file. `model.safetensors` wins over

@@ -1,6 +1,8 @@
 // See causal_lm.h.
 #include "engine/model/causal_lm.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "engine/io/bnb_checkpoint.h"
@@ -96,6 +98,13 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
     l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
     l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
     l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
+    if (std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
+      for (auto* lin : l.linears()) {
+        std::vector<at::Tensor> host;
+        for (const auto& t : lin->base_tensors()) host.push_back(t.cpu());
+        lin->rebind_base_tensors(host);
+      }
+    }
     l.sliding_window = c.sliding_window[i];
     const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
     for (auto [lin, out, in] : {std::tuple{&l.q, q_out, c.hidden_size},

@@ -19,6 +19,9 @@ struct LoadOptions {
   QuantSpec quant;
   at::ScalarType dtype = at::kFloat;  // compute dtype: float32, bfloat16 or float16
   at::Device device = at::kCPU;
+  // Decoder layers whose base linear weights are kept in CPU memory after quantization (the
+  // layers offload/ will stream; see engine/schedule/offloaded_weights.h).
+  std::vector<int64_t> host_layers;
 };
 
 class CausalLM {

@@ -26,7 +26,8 @@ OffloadedWeights::OffloadedWeights(model::CausalLM& model,
     store_.add(l, tensors);
     bind(l, store_.host_tensors(l));  // drops the device copies
   }
-  ring_ = std::make_unique<offload::SlotRing>(store_, depth_ + 1);
+  // One slot for the layer computing and one per layer in flight; never more than there are layers.
+  ring_ = std::make_unique<offload::SlotRing>(store_, std::min<int64_t>(offloaded_.size(), depth_ + 1));
 }
 
 void OffloadedWeights::bind(int64_t layer, const std::vector<at::Tensor>& tensors) {

@@ -1,5 +1,6 @@
 // Residency for a model with some layers offloaded: their quantized base weights live in a host
-// store (pinned on a GPU) and are copied into a ring of prefetch_depth + 1 device slots, up to
+// store (pinned on a GPU) and are copied into a ring of prefetch_depth + 1 device slots (fewer
+// when fewer layers are offloaded), up to
 // prefetch_depth offloaded layers ahead of the compute, following the acquisition order the
 // scheduler announces (forward, then the reverse order of the backward recompute). Outside
 // acquire/release an offloaded layer's weights point at its host copy, so the model stays whole

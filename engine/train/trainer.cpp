@@ -15,6 +15,7 @@
 #include "engine/lora/attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/train/clip_grad.h"
+#include "engine/train/device_plan.h"
 #include "engine/train/interrupt.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/memory_stats.h"
@@ -73,20 +74,30 @@ std::vector<data::Sample> load_all(const config::RunConfig& c, const data::ByteT
   return all;
 }
 
-schedule::StepInputs step_inputs(const data::Batch& b) {
-  return {b.input_ids, b.labels, b.position_ids, b.segment_ids};
+// A batch on the compute device. On CUDA the copies go through pinned memory and do not block
+// the host, so the next batch is assembled while this one is copied. Unpacked rows drop their
+// segment and position ids: one right-padded sample per row needs no mask and positions
+// 0..T-1 (See Note [Packed batch layout]), and without a mask attention runs the flash kernel.
+schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device, bool packed) {
+  auto to = [&](const at::Tensor& t) {
+    if (!t.defined() || !device.is_cuda()) return t;
+    return t.pin_memory().to(device, /*non_blocking=*/true);
+  };
+  if (!packed) return {to(b.input_ids), to(b.labels), {}, {}};
+  return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids)};
 }
 
 double evaluate(schedule::LayerScheduler& scheduler,
                 const std::vector<data::Sample>& samples,
                 const config::RunConfig& c,
-                int64_t pad_id) {
+                int64_t pad_id,
+                const at::Device& device) {
   data::DataLoader loader(samples, c.micro_batch_size, c.sequence_len, /*packing=*/false, c.seed, pad_id);
   const auto plan = scheduler.prepare_eval();
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    const auto r = scheduler.eval_loss(plan, step_inputs(loader.next()));
+    const auto r = scheduler.eval_loss(plan, step_inputs(loader.next(), device, /*packed=*/false));
     sum += r.loss_sum.item<double>();
     tokens += r.tokens;
   }
@@ -102,8 +113,10 @@ TrainResult train(const config::RunConfig& c) {
   std::ofstream(c.output_dir / "run_config.yaml") << config_yaml;
   at::manual_seed(c.seed);
 
-  // Model and adapters.
-  const auto options = config::load_options(c);
+  // Memory plan (before any weight is loaded), model and adapters.
+  auto options = config::load_options(c);
+  const DevicePlan device_plan = plan_device(c, options.device);
+  options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
   std::printf("model: %s on %s, %s, base %s\n",
               c.base_model.c_str(),
@@ -162,7 +175,8 @@ TrainResult train(const config::RunConfig& c) {
               static_cast<long long>(total));
 
   AdamW optimizer(params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
-  schedule::LayerScheduler scheduler(lm);
+  const auto offloaded = make_residency(device_plan, lm, c);
+  schedule::LayerScheduler scheduler(lm, offloaded);
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
                       : c.gradient_checkpointing == config::GradientCheckpointing::every_kth
                           ? schedule::CheckpointPolicy::every_kth
@@ -214,7 +228,7 @@ TrainResult train(const config::RunConfig& c) {
     std::printf("checkpoint: %s\n", dir.c_str());
   };
 
-  int64_t consecutive_bad = 0, window_steps = 0, window_tokens = 0;
+  int64_t consecutive_bad = 0, window_steps = 0, window_tokens = 0, copied_logged = 0, step_logged = state.global_step;
   double window_loss = 0, last_grad_norm = 0;
   auto window_start = std::chrono::steady_clock::now();
   std::fflush(stdout);
@@ -229,12 +243,16 @@ TrainResult train(const config::RunConfig& c) {
     // micro-batch's summed loss is divided by the step's predicted-token count.
     double step_loss = 0;
     int64_t recomputed = 0;
-    for (const auto& b : batches) {
-      const auto r = scheduler.train_forward(plan, step_inputs(b));
-      (r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
-      recomputed += scheduler.stats().layers_recomputed;
-      step_loss += r.loss_sum.item<double>();
-      window_tokens += (b.segment_ids >= 0).sum().item<int64_t>();
+    try {
+      for (const auto& b : batches) {
+        const auto r = scheduler.train_forward(plan, step_inputs(b, options.device, c.sample_packing));
+        (r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
+        recomputed += scheduler.stats().layers_recomputed;
+        step_loss += r.loss_sum.item<double>();
+        window_tokens += (b.segment_ids >= 0).sum().item<int64_t>();
+      }
+    } catch (const c10::OutOfMemoryError& e) {
+      TORCH_CHECK(false, out_of_memory_report(device_plan, c, state.global_step + 1, e.what_without_backtrace()));
     }
     step_loss /= static_cast<double>(std::max<int64_t>(1, step_tokens));
     if (!std::isfinite(step_loss) || !grads_finite(params)) {
@@ -272,6 +290,11 @@ TrainResult train(const config::RunConfig& c) {
       const double lr = lr_schedule.lr_at(state.global_step);  // the next step's, as the Trainer logs it
       const double tps = window_s > 0 ? static_cast<double>(window_tokens) / window_s : 0.0;
       const int64_t peak = peak_memory_bytes(options.device);
+      // Host-to-device bytes of offloaded layers per step, over the steps since the last line.
+      const int64_t copied = offloaded ? offloaded->stats().ring.copied_bytes : 0;
+      const int64_t copied_per_step = (copied - copied_logged) / std::max<int64_t>(1, state.global_step - step_logged);
+      copied_logged = copied;
+      step_logged = state.global_step;
       metrics.log({{"step", state.global_step},
                    {"epoch", epoch},
                    {"loss", loss},
@@ -280,6 +303,7 @@ TrainResult train(const config::RunConfig& c) {
                    {"tokens_per_second", tps},
                    {"peak_memory_bytes", peak},
                    {"recomputed_layers", recomputed},
+                   {"offload_bytes_per_step", copied_per_step},
                    {"skipped_steps", state.skipped_steps}});
       const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
       std::printf(
@@ -303,7 +327,7 @@ TrainResult train(const config::RunConfig& c) {
     }
     if (c.eval_steps > 0 && !split.eval.empty() &&
         (state.global_step % c.eval_steps == 0 || state.global_step == total)) {
-      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id);
+      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device);
       scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);  // back to training mode
       metrics.log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
       std::printf("eval  %lld/%lld | eval_loss %.4f\n",

@@ -50,6 +50,14 @@ at::Tensor causal_attention(const at::Tensor& q,
     auto pad_self = (segments < 0).unsqueeze(2).logical_and(i == j);
     visible = visible.logical_and(same).logical_and((segments >= 0).unsqueeze(2)).logical_or(pad_self).unsqueeze(1);
   }
+  if (gqa && q.is_cuda()) {
+    // CUDA's memory-efficient kernel takes a mask but not grouped-query heads, and the math
+    // kernel it would otherwise fall back to keeps [B, heads, T, T] float32 probabilities: give
+    // every query head its own k and v instead (B x heads x T x d each, far less than T x T).
+    const int64_t group = q.size(1) / k.size(1);
+    return at::scaled_dot_product_attention(
+        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), visible, 0.0, false, scale, false);
+  }
   return at::scaled_dot_product_attention(q, k, v, visible, 0.0, /*is_causal=*/false, scale, gqa);
 }
 

@@ -2,6 +2,7 @@
 // loss equals transformers' (+ peft, + bitsandbytes) loss on the same data; quantize writes a
 // bitsandbytes folder that transformers loads with the same loss and that qtrain reads back
 // without quantizing again.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -15,6 +16,7 @@
 
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
+#include "engine/model/init_model.h"
 #include "ops/quant/kbit.h"
 #include "tests/reference.h"
 
@@ -204,6 +206,76 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   ASSERT_EQ(hf.status, 0);
   // A random model predicts close to uniformly over the 256-token vocabulary.
   EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
+}
+
+TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
+  // Llama-3-8B shapes, and no weight file: plan must not open any.
+  const auto model = dir_ / "llama3-8b";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json")
+      << engine::model::preset_config(engine::model::Architecture::llama, "llama3-8b").to_json().dump(2);
+  std::ofstream(dir_ / "plan.yaml") << "base_model: llama3-8b\nload_in_4bit: true\nlora_r: 16\n"
+                                    << "lora_target_linear: true\nsequence_len: 2048\nbf16: auto\n"
+                                    << "gradient_accumulation_steps: 4\noffload_layers: auto\n";
+  const std::string plan = qtrain() + " plan " + (dir_ / "plan.yaml").string();
+
+  const auto roomy = run(plan + " --gpu-memory 24GiB", /*with_stderr=*/true);
+  ASSERT_EQ(roomy.status, 0) << roomy.out;
+  for (const char* part : {"decoder layer weights, resident",
+                           "3.35 GiB  32 of 32 layers",
+                           "embeddings, output head, norms, biases",
+                           "LoRA weights, gradients, AdamW moments",
+                           "640.0 MiB",
+                           "activations kept for backward",
+                           "largest transient",
+                           "CUDA context",
+                           "budget                                      24.00 GiB  fits",
+                           "plan: every layer resident, nothing offloaded (offload_layers: auto)",
+                           "PCIe host-to-device traffic per step: 0 B"}) {
+    EXPECT_NE(roomy.out.find(part), std::string::npos) << part << "\n" << roomy.out;
+  }
+
+  // 8 GiB: some layers stream from host RAM, copied twice in each of 4 micro-batches.
+  const auto tight = run(plan + " --gpu-memory 8GiB --h2d-bandwidth 12.5GB/s", true);
+  ASSERT_EQ(tight.status, 0) << tight.out;
+  EXPECT_NE(tight.out.find("layers in pinned host RAM"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("2 device slots, prefetch depth 1 (offload_layers: auto)"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("x 2 copies x 4 micro-batches)"), std::string::npos) << tight.out;
+  EXPECT_NE(tight.out.find("at 12.5 GB/s"), std::string::npos) << tight.out;
+
+  // 3 GiB: even every layer offloaded does not fit; the table, by how much, what to change, exit 1.
+  const auto small = run(plan + " --gpu-memory 3GiB", true);
+  ASSERT_TRUE(WIFEXITED(small.status));
+  EXPECT_EQ(WEXITSTATUS(small.status), 1) << small.out;
+  EXPECT_NE(small.out.find("decoder layer weights, resident"), std::string::npos) << small.out;
+  EXPECT_NE(small.out.find("more than the budget of 3.00 GiB, even with every layer offloaded"), std::string::npos)
+      << small.out;
+  EXPECT_NE(small.out.find("nothing in the config makes it fit"), std::string::npos) << small.out;
+
+  // The budget from the config; a fixed offload_layers that does not fit points to auto, a
+  // larger micro-batch to smaller ones with the same samples per step.
+  const auto fixed = run(plan + " --set gpu_memory_limit=8GiB --set offload_layers=0", true);
+  EXPECT_EQ(WEXITSTATUS(fixed.status), 1) << fixed.out;
+  EXPECT_NE(fixed.out.find("budget: 8.00 GiB (gpu_memory_limit: 8GiB)"), std::string::npos) << fixed.out;
+  EXPECT_NE(fixed.out.find("to make it fit, change one of:\n  - offload_layers: auto: "), std::string::npos)
+      << fixed.out;
+  const auto batch = run(plan + " --set gpu_memory_limit=8GiB --set micro_batch_size=4", true);
+  EXPECT_EQ(WEXITSTATUS(batch.status), 1) << batch.out;
+  EXPECT_NE(batch.out.find("  - micro_batch_size: 2 with gradient_accumulation_steps: 8 (the same samples per step)"),
+            std::string::npos)
+      << batch.out;
+
+  const auto too_many = run(plan + " --gpu-memory 24GiB --set offload_layers=40", true);
+  EXPECT_EQ(WEXITSTATUS(too_many.status), 1);
+  EXPECT_NE(too_many.out.find("offload_layers is 40 but the model has 32 decoder layers"), std::string::npos)
+      << too_many.out;
+  const auto bad = run(plan + " --gpu-memory lots", true);
+  EXPECT_NE(bad.out.find("--gpu-memory 'lots': expected a size such as 24GiB"), std::string::npos) << bad.out;
+  if (!at::hasCUDA()) {
+    const auto none = run(plan, true);
+    EXPECT_NE(none.out.find("no GPU here to plan for: give the budget with --gpu-memory 24GiB"), std::string::npos)
+        << none.out;
+  }
 }
 
 }  // namespace

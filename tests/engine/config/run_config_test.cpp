@@ -80,6 +80,9 @@ gradient_checkpointing_every_k: 2
 bf16: auto
 fp16: false
 device: cuda:1
+offload_layers: 4
+offload_prefetch_depth: 2
+gpu_memory_limit: 20GiB
 output_dir: out/run1
 save_steps: 100
 save_total_limit: 3
@@ -136,6 +139,10 @@ TEST(RunConfigTest, DefaultsOfAMinimalConfig) {
   EXPECT_EQ(c.bf16, Bf16::off);
   EXPECT_FALSE(c.fp16);
   EXPECT_EQ(c.device, "auto");
+  EXPECT_EQ(c.offload_layers, 0);
+  EXPECT_FALSE(c.offload_layers_auto);
+  EXPECT_EQ(c.offload_prefetch_depth, 1);
+  EXPECT_EQ(c.gpu_memory_limit, 0);
   EXPECT_EQ(c.save_steps, 0);
   EXPECT_EQ(c.save_total_limit, 0);
   EXPECT_EQ(c.logging_steps, 1);
@@ -203,6 +210,10 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_EQ(c.bf16, Bf16::automatic);
   EXPECT_FALSE(c.fp16);
   EXPECT_EQ(c.device, "cuda:1");
+  EXPECT_EQ(c.offload_layers, 4);
+  EXPECT_FALSE(c.offload_layers_auto);
+  EXPECT_EQ(c.offload_prefetch_depth, 2);
+  EXPECT_EQ(c.gpu_memory_limit, int64_t{20} << 30);
   EXPECT_EQ(c.output_dir, "/cfg/run/out/run1");
   EXPECT_EQ(c.save_steps, 100);
   EXPECT_EQ(c.save_total_limit, 3);
@@ -236,6 +247,25 @@ TEST(RunConfigTest, ScalarSpellings) {
   EXPECT_EQ(c.bf16, Bf16::on);
   EXPECT_EQ(c.device, "cpu");
   EXPECT_EQ(c.max_steps, 20);
+}
+
+TEST(RunConfigTest, OffloadAndMemoryLimit) {
+  const RunConfig a = parse(kMinimal + "offload_layers: auto\ngpu_memory_limit: 24GB\n");
+  EXPECT_TRUE(a.offload_layers_auto);
+  EXPECT_EQ(a.offload_layers, 0);
+  EXPECT_EQ(a.gpu_memory_limit, int64_t{24'000'000'000});
+  // axolotl's convention: a bare number is GiB.
+  EXPECT_EQ(parse(kMinimal + "gpu_memory_limit: 20\n").gpu_memory_limit, int64_t{20} << 30);
+  EXPECT_EQ(parse(kMinimal + "gpu_memory_limit: 1.5 gib\n").gpu_memory_limit, int64_t{3} << 29);
+  EXPECT_EQ(parse(kMinimal + "gpu_memory_limit: 512MiB\n").gpu_memory_limit, int64_t{512} << 20);
+  EXPECT_EQ(parse(kMinimal + "gpu_memory_limit:\n").gpu_memory_limit, 0);
+  EXPECT_EQ(parse(kMinimal + "gpu_memory_limit: 0\n").gpu_memory_limit, 0);
+  const RunConfig n = parse(kMinimal, {"offload_layers=12", "offload_prefetch_depth=3"});
+  EXPECT_FALSE(n.offload_layers_auto);
+  EXPECT_EQ(n.offload_layers, 12);
+  EXPECT_EQ(n.offload_prefetch_depth, 3);
+  // A prefetch depth with auto is fine even if auto then offloads nothing.
+  EXPECT_EQ(parse(kMinimal, {"offload_layers=auto", "offload_prefetch_depth=2"}).offload_prefetch_depth, 2);
 }
 
 class RunConfigFileTest : public ::testing::Test {
@@ -426,6 +456,28 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "bf16: maybe\n", {}, "bf16: expected true, false or auto, got 'maybe'"},
       {kHead + "device: gpu\n", {}, "run.yaml:3:9: device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
       {kHead + "device: cuda:x\n", {}, "device: expected auto, cpu, cuda or cuda:N, got 'cuda:x'"},
+      {kHead + "offload_layers: some\n",
+       {},
+       "run.yaml:3:17: offload_layers: expected an integer, got 'some'; use auto (as few layers as fit "
+       "gpu_memory_limit) or a number of layers, 0 for none"},
+      {kHead + "offload_layers: -1\n", {}, "run.yaml:3:17: offload_layers: -1 must be >= 0; use auto"},
+      {kHead + "offload_prefetch_depth: 0\n",
+       {},
+       "run.yaml:3:25: offload_prefetch_depth: 0 must be >= 1; use 1 (copy the next offloaded layer while one "
+       "computes) or more"},
+      {kHead + "offload_prefetch_depth: 2\n",
+       {},
+       "run.yaml:3:1: offload_prefetch_depth: 2 has no effect without offloaded layers; set offload_layers (auto or a "
+       "number), or remove this key"},
+      {kHead + "gpu_memory_limit: lots\n",
+       {},
+       "run.yaml:3:19: gpu_memory_limit: expected a size such as 20GiB, 24GB or 20 (GiB), got 'lots'; 0 or blank: "
+       "the whole device"},
+      {kHead + "gpu_memory_limit: -4GiB\n", {}, "gpu_memory_limit: expected a size such as 20GiB"},
+      {kHead + "gpu_memory_limit: 20 GiBs\n", {}, "gpu_memory_limit: expected a size such as 20GiB"},
+      {kHead + "gpu_memory_limit: [20GiB]\n",
+       {},
+       "gpu_memory_limit: expected a size such as 20GiB, 24GB or 20 (GiB), got a list"},
       // ranges
       {kHead + "lora_dropout: 1.5\n",
        {},
@@ -486,6 +538,10 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "peft_use_dora: true\n",
        {},
        "run.yaml:3:1: peft_use_dora: axolotl key 'peft_use_dora' is not supported by qtrain; DoRA is not supported"},
+      {kHead + "layer_offloading: true\n",
+       {},
+       "run.yaml:3:1: layer_offloading: axolotl key 'layer_offloading' is not supported by qtrain; qtrain streams "
+       "layers from host RAM with its own keys: offload_layers: auto"},
       {kHead + "wandb_project: my-run\n",
        {},
        "wandb_project: axolotl key 'wandb_project' is not supported by qtrain; qtrain does not log to W&B or MLflow; "
@@ -559,9 +615,14 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
                            "resume_from_checkpoint=true",
                            "gradient_checkpointing=false",
                            "bf16=true",
-                           "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]"}));
+                           "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]",
+                           "offload_layers=auto",
+                           "offload_prefetch_depth=2",
+                           "gpu_memory_limit=1.5GiB"}));
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
+  configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0"}));
+  configs.push_back(parse(kMinimal, {"gpu_memory_limit=1000001B"}));
   for (const RunConfig& c : configs) {
     const std::string text = to_yaml(c);
     SCOPED_TRACE(text);

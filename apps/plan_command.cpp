@@ -1,0 +1,106 @@
+// See plan_command.h.
+#include "apps/plan_command.h"
+
+#include <cstdio>
+
+#include <ATen/Context.h>
+#include <c10/util/Exception.h>
+
+#include "engine/config/byte_size.h"
+#include "engine/config/model_setup.h"
+#include "engine/config/run_plan.h"
+#include "engine/train/memory_stats.h"
+
+namespace qtrain::apps {
+namespace {
+
+struct Options {
+  std::string config;
+  std::string gpu_memory;
+  std::string h2d_bandwidth;
+  std::vector<std::string> sets;
+};
+
+struct Budget {
+  int64_t bytes = 0;
+  std::string source;
+};
+
+// --gpu-memory, else gpu_memory_limit, else the memory of the config's CUDA device.
+Budget budget_of(const Options& o, const engine::config::RunConfig& c) {
+  if (!o.gpu_memory.empty()) {
+    const auto bytes = engine::config::parse_byte_size(o.gpu_memory);
+    TORCH_CHECK(
+        bytes && *bytes > 0, "--gpu-memory '", o.gpu_memory, "': expected a size such as 24GiB, 24GB or 24 (GiB)");
+    return {*bytes, "--gpu-memory " + o.gpu_memory};
+  }
+  if (c.gpu_memory_limit > 0) {
+    return {c.gpu_memory_limit, "gpu_memory_limit: " + engine::config::format_byte_size(c.gpu_memory_limit)};
+  }
+  TORCH_CHECK(at::hasCUDA(),
+              "no GPU here to plan for: give the budget with --gpu-memory 24GiB, or set gpu_memory_limit: 24GiB "
+              "in the config");
+  const at::Device device = c.device == "cpu" ? at::Device(at::kCUDA, 0) : engine::config::resolve_device(c.device);
+  return {engine::train::device_memory_bytes(device), "the memory of " + device.str()};
+}
+
+std::string quantization(const engine::config::RunConfig& c) {
+  if (c.load_in_4bit) {
+    return c.bnb_4bit_quant_type + (c.bnb_4bit_use_double_quant ? " (double quant)" : "") + ", blocksize " +
+           std::to_string(c.bnb_4bit_blocksize);
+  }
+  return c.load_in_8bit ? "int8" : "not quantized";
+}
+
+void run(const Options& o, int& exit_code) {
+  using namespace engine;
+  const auto c = config::load_run_config(o.config, o.sets);
+  double h2d = offload::kDefaultH2dBytesPerSecond;
+  if (!o.h2d_bandwidth.empty()) {
+    const auto v = config::parse_bandwidth(o.h2d_bandwidth);
+    TORCH_CHECK(v, "--h2d-bandwidth '", o.h2d_bandwidth, "': expected a bandwidth such as 25GB/s or 25 (GB/s)");
+    h2d = *v;
+  }
+  const auto model = config::read_model_config(c.base_model);
+  const Budget budget = budget_of(o, c);
+  const auto shape = config::memory_shape(c);
+  std::printf("model: %s: %s, %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
+              c.base_model.c_str(),
+              model::architecture_name(model.arch).c_str(),
+              static_cast<long long>(model.num_layers),
+              static_cast<long long>(model.hidden_size),
+              static_cast<long long>(model.intermediate_size),
+              static_cast<long long>(model.vocab_size));
+  std::printf(
+      "run: base %s, LoRA r %lld, %s on CUDA, micro_batch_size %lld x sequence_len %lld, "
+      "gradient_accumulation_steps %lld\n",
+      quantization(c).c_str(),
+      static_cast<long long>(c.lora_r),
+      c10::toString(shape.dtype),
+      static_cast<long long>(c.micro_batch_size),
+      static_cast<long long>(c.sequence_len),
+      static_cast<long long>(c.gradient_accumulation_steps));
+  std::printf("budget: %s (%s)\n\n", offload::format_bytes(budget.bytes).c_str(), budget.source.c_str());
+  const auto plan = config::plan_run(c, model, budget.bytes, h2d);
+  std::printf("%s", offload::format_plan(plan).c_str());
+  if (!plan.fits) exit_code = 1;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<Options>();
+  auto* cmd = app.add_subcommand(
+      "plan", "Show where a run's GPU memory goes and which layers it offloads (reads config.json only, no weights)");
+  cmd->add_option("config", o->config, "run config (YAML, axolotl keys; see docs/CONFIG.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--gpu-memory",
+                  o->gpu_memory,
+                  "memory budget, e.g. 24GiB or 24GB (default: gpu_memory_limit, else the GPU's memory)");
+  cmd->add_option("--h2d-bandwidth", o->h2d_bandwidth, "host-to-device copy speed, e.g. 25GB/s (default: 25GB/s)");
+  cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
+  cmd->callback([o, &exit_code] { run(*o, exit_code); });
+}
+
+}  // namespace qtrain::apps

@@ -1,0 +1,130 @@
+// See run_plan.h. The advice of a plan that does not fit is found by planning again: each
+// candidate change of the config (with offload_layers: auto) is kept when its plan fits.
+#include "engine/config/run_plan.h"
+
+#include <string>
+#include <vector>
+
+#include "engine/config/model_setup.h"
+#include "engine/io/hf_folder.h"
+
+namespace qtrain::engine::config {
+namespace {
+
+// Below this, halving sequence_len stops being advice anyone can take.
+constexpr int64_t kShortestSequenceAdvised = 128;
+
+offload::MemoryPlan plan_once(const RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+  offload::PlanRequest request;
+  request.budget_bytes = budget;
+  if (!c.offload_layers_auto) request.offload_layers = c.offload_layers;
+  request.prefetch_depth = c.offload_prefetch_depth;
+  request.h2d_bytes_per_s = h2d;
+  return offload::plan_memory(schedule::estimate_memory(m, memory_shape(c)), request);
+}
+
+struct Change {
+  std::string what;
+  RunConfig config;
+};
+
+std::string outcome(const offload::MemoryPlan& p) {
+  return offload::format_bytes(p.total_bytes) + " with " + std::to_string(p.offloaded_layers.size()) +
+         " layers offloaded";
+}
+
+// The config changes that would make the plan fit, one per line; `c` does not fit.
+std::string changes_that_fit(const RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+  RunConfig automatic = c;
+  automatic.offload_layers_auto = true;
+  automatic.offload_layers = 0;
+  const auto plan_of = [&](const RunConfig& d) { return plan_once(d, m, budget, h2d); };
+
+  std::vector<Change> candidates;
+  if (!c.offload_layers_auto) candidates.push_back({"offload_layers: auto", automatic});
+  RunConfig all = automatic;  // every change at once, for when no single one is enough
+  if (c.gradient_checkpointing != GradientCheckpointing::every_layer) {
+    RunConfig d = automatic;
+    d.gradient_checkpointing = all.gradient_checkpointing = GradientCheckpointing::every_layer;
+    d.gradient_checkpointing_every_k = all.gradient_checkpointing_every_k = 1;
+    candidates.push_back({"gradient_checkpointing: true", d});
+  }
+  if (!c.load_in_4bit) {
+    RunConfig d = automatic;
+    d.load_in_4bit = all.load_in_4bit = true;
+    d.load_in_8bit = all.load_in_8bit = false;
+    d.adapter = all.adapter = "qlora";
+    candidates.push_back({"load_in_4bit: true, adapter: qlora (a 4-bit base)", d});
+  }
+  for (int64_t mbs = c.micro_batch_size / 2; mbs >= 1; mbs /= 2) {
+    RunConfig d = automatic;
+    d.micro_batch_size = mbs;
+    d.gradient_accumulation_steps = (c.gradient_accumulation_steps * c.micro_batch_size + mbs - 1) / mbs;
+    all.micro_batch_size = mbs;
+    if (plan_of(d).fits || mbs == 1) {
+      candidates.push_back({"micro_batch_size: " + std::to_string(mbs) + " with gradient_accumulation_steps: " +
+                                std::to_string(d.gradient_accumulation_steps) + " (the same samples per step)",
+                            d});
+      break;
+    }
+  }
+  for (int64_t len = c.sequence_len / 2; len >= kShortestSequenceAdvised; len /= 2) {
+    RunConfig d = automatic;
+    d.sequence_len = all.sequence_len = len;
+    if (plan_of(d).fits || len / 2 < kShortestSequenceAdvised) {
+      candidates.push_back({"sequence_len: " + std::to_string(len) + " (longer samples are cut)", d});
+      break;
+    }
+  }
+
+  std::string out;
+  for (const Change& change : candidates) {
+    const auto p = plan_of(change.config);
+    if (p.fits) out += "\n  - " + change.what + ": " + outcome(p);
+  }
+  if (!out.empty()) return "\nto make it fit, change one of:" + out;
+  const auto together = plan_of(all);
+  if (together.fits) {
+    std::string list;
+    for (const Change& change : candidates) list += "\n  - " + change.what;
+    return "\nno single change makes it fit; all of these together do (" + outcome(together) + "):" + list;
+  }
+  return "\nnothing in the config makes it fit: with every layer offloaded and checkpointed, a micro-batch of " +
+         std::to_string(all.micro_batch_size) + " and sequence_len " + std::to_string(all.sequence_len) +
+         " the step still needs " + offload::format_bytes(together.total_bytes) +
+         "; use a GPU with more memory (or raise gpu_memory_limit if it is below the device's memory)";
+}
+
+}  // namespace
+
+model::ModelConfig read_model_config(const std::filesystem::path& base_model) {
+  return model::ModelConfig::from_json(io::read_config_json(base_model), (base_model / "config.json").string());
+}
+
+schedule::MemoryShape memory_shape(const RunConfig& c) {
+  schedule::MemoryShape s;
+  s.quant = quant_spec(c);
+  s.lora = lora_config(c);
+  s.dtype = compute_dtype(c, at::Device(at::kCUDA, 0));
+  s.device = c10::DeviceType::CUDA;
+  s.micro_batch_size = c.micro_batch_size;
+  s.sequence_len = c.sequence_len;
+  // The trainer passes segment and position ids only for packed rows (engine/train/trainer.cpp).
+  s.segment_mask = c.sample_packing;
+  s.per_row_positions = c.sample_packing;
+  s.checkpoint = checkpoint_policy(c);
+  s.checkpoint_every_k = c.gradient_checkpointing_every_k;
+  s.micro_batches_per_step = c.gradient_accumulation_steps;
+  return s;
+}
+
+offload::MemoryPlan plan_run(const RunConfig& config,
+                             const model::ModelConfig& model,
+                             int64_t budget_bytes,
+                             double h2d_bytes_per_s) {
+  offload::MemoryPlan plan = plan_once(config, model, budget_bytes, h2d_bytes_per_s);
+  if (!plan.fits) plan.advice += changes_that_fit(config, model, budget_bytes, h2d_bytes_per_s);
+  return plan;
+}
+
+}  // namespace qtrain::engine::config

@@ -1,0 +1,31 @@
+// The GPU memory plan of a run, from its config and the base model's config.json alone: no
+// weights are read and no GPU is needed. `qtrain plan` prints it; the trainer uses it to choose
+// offload_layers: auto and to fail early, with the table, when a run cannot fit.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "engine/config/run_config.h"
+#include "engine/model/model_config.h"
+#include "engine/schedule/memory_estimate.h"
+#include "offload/planner.h"
+
+namespace qtrain::engine::config {
+
+// base_model/config.json, read and checked; the weight files are not opened.
+model::ModelConfig read_model_config(const std::filesystem::path& base_model);
+
+// What the run's settings mean for its memory on a CUDA device (bf16: auto is bf16 there).
+schedule::MemoryShape memory_shape(const RunConfig& config);
+
+// The plan for `budget_bytes` of device memory: offload_layers as the config says (auto: as few
+// as fit), offload_prefetch_depth, and host-to-device copies at `h2d_bytes_per_s`. When it does
+// not fit, its advice ends with the config changes that would make it fit, each checked by
+// planning again.
+offload::MemoryPlan plan_run(const RunConfig& config,
+                             const model::ModelConfig& model,
+                             int64_t budget_bytes,
+                             double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond);
+
+}  // namespace qtrain::engine::config

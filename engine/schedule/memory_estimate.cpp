@@ -1,0 +1,246 @@
+// See memory_estimate.h.
+#include "engine/schedule/memory_estimate.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+#include "offload/blob_layout.h"
+
+namespace qtrain::engine::schedule {
+namespace {
+
+// Note [What a layer keeps for backward]
+// Counted from the code of a training forward (engine/model/decoder_layer.cpp, linear_layer.cpp,
+// engine/lora/lora_linear.cpp, ops/nn/*, ops/linear_*) and from what each autograd node of
+// libtorch saves; N = micro_batch_size * sequence_len tokens, s = bytes of the compute dtype,
+// H hidden, I intermediate, qd = heads * head_dim, kvd = kv_heads * head_dim, r the LoRA rank.
+// Per layer that is not checkpointed:
+// - each RMSNorm: its input in float32 (pow and mul save it) and the rsqrt per row: N (4H + 4);
+//   Qwen3's q/k norms the same over q and k. The first layer's input norm saves nothing: the
+//   embedding output needs no gradient (the embeddings are frozen);
+// - a base linear (dense, 4-bit or int8) saves no activation: its weight does not require grad
+//   (see Note [Quantized linear autograd] in ops/linear_4bit.cpp);
+// - a LoRA adapter saves its input cast to float32 (the A matmul needs it for A's gradient) and
+//   A's output [N, r] in float32 (for B's gradient). The cast is a copy per adapter in bf16/fp16;
+//   in float32 it is the input itself, which q, k and v (and gate and up) share, and o's input is
+//   a view of the attention output a fused kernel keeps anyway. With dropout it saves the
+//   dropped-out copy (float32) and the mask per adapter instead: 1 byte per element from CUDA's
+//   fused dropout, 4 from the CPU's (at::dropout multiplies by a float32 noise tensor there);
+// - rope saves only the shared cos/sin tables; the SwiGLU saves gate's and up's outputs and
+//   silu(gate): 3 N I s;
+// - attention: a fused kernel (flash, memory-efficient, the CPU's
+//   flash) keeps q, k, v, its output and the float32 log-sum-exp per head and token, plus the
+//   mask converted to the compute dtype when there is one ([B, 1, T, T] with segment ids,
+//   [T, T] for a sliding window alone). With a mask and grouped-query heads on CUDA, k and v are
+//   expanded to every query head first, so the memory-efficient kernel takes them (see
+//   ops/nn/attention.cpp); the expanded copies are what it keeps.
+// A checkpointed layer keeps only its input, N H s (the checkpoint saves it; the rope tables and
+// segments it also saves are shared by all layers). Its backward first recomputes what a full
+// layer keeps, then adds the gradients: the incoming and the residual gradient (N H s each), the
+// larger of the MLP's ([N, I] in s for the gradients of m, silu, up and gate, and one float32
+// [N, I] from down's LoRA) and attention's (the fused kernel's q, k, v gradients and float32 dq
+// accumulator), and the
+// largest dequantized weight. These transients are an estimate, not a measurement.
+// Outside the layers the step keeps the final norm's float32 input, the loss's normed input
+// (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
+// batch (4 int64 [B, T] tensors on the device).
+
+// qtrain's double quantization nests absmax in blocks of 256 (ops::quantize_4bit; bitsandbytes'
+// pre-quantized checkpoints use the same).
+constexpr int64_t kNestedBlocksize = 256;
+constexpr int64_t kCodeEntries = 256;
+// CausalLM::loss_sum computes the cross-entropy in chunks of this many tokens (the default of
+// ops::chunked_cross_entropy_sum).
+constexpr int64_t kLossChunkTokens = 1024;
+// cuBLAS' default workspace (":4096:8", 8 x 4 MiB) and cuBLASLt's, each per handle and stream.
+constexpr int64_t kCublasWorkspaceBytes = int64_t{64} << 20;
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+struct Linear {
+  const char* module;  // after "model.layers.<i>."
+  int64_t out;
+  int64_t in;
+};
+
+// The seven linears of a decoder layer, in blob order.
+std::array<Linear, 7> layer_linears(const model::ModelConfig& c) {
+  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  return {{{"self_attn.q_proj", qd, c.hidden_size},
+           {"self_attn.k_proj", kvd, c.hidden_size},
+           {"self_attn.v_proj", kvd, c.hidden_size},
+           {"self_attn.o_proj", c.hidden_size, qd},
+           {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
+           {"mlp.up_proj", c.intermediate_size, c.hidden_size},
+           {"mlp.down_proj", c.hidden_size, c.intermediate_size}}};
+}
+
+bool is_4bit(const model::QuantSpec& q) {
+  return q.kind == model::QuantSpec::Kind::nf4 || q.kind == model::QuantSpec::Kind::fp4;
+}
+
+// The scratch of dequantizing one [out, in] weight for a matmul.
+int64_t dequantized_bytes(const Linear& l, const MemoryShape& shape) {
+  const int64_t n = l.out * l.in, s = static_cast<int64_t>(c10::elementSize(shape.dtype));
+  switch (shape.quant.kind) {
+    case model::QuantSpec::Kind::none:
+      return 0;
+    case model::QuantSpec::Kind::int8:
+      // On CUDA, Int8Weight::dequantize goes through two float32 [out, in] temporaries.
+      return shape.device == c10::DeviceType::CUDA ? n * 8 : n * s;
+    default:
+      // Plus the float32 absmax that nested absmax is expanded to first.
+      return n * s + (shape.quant.double_quant ? ceil_div(n, shape.quant.blocksize) * 4 : 0);
+  }
+}
+
+// Bytes of the float32 LoRA inputs that adapters on linears sharing one input [N, in] save, and
+// of their A outputs; `input_kept`: the input is a float32 tensor some other node keeps anyway.
+// See Note [What a layer keeps for backward].
+int64_t lora_saved(int64_t adapters, int64_t in, int64_t tokens, const MemoryShape& shape, bool input_kept = false) {
+  if (adapters == 0) return 0;
+  const int64_t r = shape.lora.r;
+  int64_t inputs = 0;
+  if (shape.lora.dropout > 0) {
+    const int64_t mask = shape.device == c10::DeviceType::CUDA ? 1 : 4;
+    inputs = adapters * tokens * in * (4 + mask);
+  } else if (shape.dtype == at::kFloat) {
+    inputs = input_kept ? 0 : tokens * in * 4;
+  } else {
+    inputs = adapters * tokens * in * 4;
+  }
+  return inputs + adapters * tokens * r * 4;
+}
+
+offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& shape, int64_t layer) {
+  const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
+  const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+  const auto linears = layer_linears(c);
+  std::array<int64_t, 7> adapted{};
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  for (size_t j = 0; j < linears.size(); ++j) adapted[j] = shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+
+  const auto& window = c.sliding_window.at(layer);
+  const bool windowed = window && *window < T;
+  const bool masked = shape.segment_mask || windowed;
+  // The boolean mask converted to the compute dtype: per row with segments, else one [T, T].
+  const int64_t mask_bytes = !masked ? 0 : (shape.segment_mask ? B : 1) * T * T * s;
+  // k and v as the kernel keeps them: expanded to every query head when masked on CUDA.
+  const bool expanded = masked && shape.device == c10::DeviceType::CUDA && c.num_heads != c.num_kv_heads;
+  const int64_t kv_kept = expanded ? qd : kvd;
+
+  offload::LayerCost cost;
+  cost.saved_checkpointed = N * H * s;
+  int64_t saved = (layer == 0 ? 1 : 2) * N * (H * 4 + 4);  // the RMSNorms
+  if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + c.num_kv_heads) * 4;
+  saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
+  saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
+  saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
+  saved += lora_saved(adapted[6], I, N, shape);
+  saved += 3 * N * I * s;  // SwiGLU
+  saved += N * (2 * qd + 2 * kv_kept) * s + N * c.num_heads * 4 + mask_bytes;
+  const int64_t attention_transient = N * (qd + 2 * kv_kept) * s + N * qd * 4;
+  cost.saved_full = saved;
+
+  const int64_t mlp_transient = N * I * (4 * s + 4);
+  int64_t dequantized = 0;
+  for (const Linear& l : linears) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+  cost.backward_transient = 2 * N * H * s + std::max(mlp_transient, attention_transient) + dequantized;
+  return cost;
+}
+
+}  // namespace
+
+std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
+                                         const model::QuantSpec& quant,
+                                         at::ScalarType dtype) {
+  std::vector<int64_t> out;
+  for (const Linear& l : layer_linears(config)) {
+    const int64_t n = l.out * l.in;
+    if (is_4bit(quant)) {
+      const int64_t blocks = ceil_div(n, quant.blocksize);
+      out.push_back((n + 1) / 2);  // two codes per byte
+      if (quant.double_quant) {
+        out.push_back(blocks);                                  // qabsmax
+        out.push_back(ceil_div(blocks, kNestedBlocksize) * 4);  // absmax2
+        out.push_back(kCodeEntries * 4);                        // code
+      } else {
+        out.push_back(blocks * 4);
+      }
+    } else if (quant.kind == model::QuantSpec::Kind::int8) {
+      out.push_back(n);          // CB
+      out.push_back(l.out * 4);  // SCB
+    } else {
+      out.push_back(n * static_cast<int64_t>(c10::elementSize(dtype)));
+    }
+  }
+  return out;
+}
+
+offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemoryShape& shape) {
+  TORCH_CHECK(c.num_layers > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.vocab_size > 0,
+              "estimate_memory: the model config has no layers or sizes (layers ",
+              c.num_layers,
+              ", hidden ",
+              c.hidden_size,
+              ", intermediate ",
+              c.intermediate_size,
+              ", vocab ",
+              c.vocab_size,
+              ")");
+  TORCH_CHECK(shape.micro_batch_size >= 1 && shape.sequence_len >= 1,
+              "estimate_memory: micro_batch_size ",
+              shape.micro_batch_size,
+              " and sequence_len ",
+              shape.sequence_len,
+              " must be at least 1");
+  const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
+  const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+
+  offload::PlanInputs in;
+  in.micro_batches_per_step = shape.micro_batches_per_step;
+  const int64_t blob = offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype));
+  int64_t per_layer_resident = 2 * H;  // input and post-attention norms
+  if (c.qk_norm) per_layer_resident += 2 * c.head_dim;
+  if (c.qkv_bias) per_layer_resident += qd + 2 * kvd;
+  if (c.o_bias) per_layer_resident += H;
+  if (c.mlp_bias) per_layer_resident += 2 * I + H;
+  // Embeddings, the output head unless tied, the final norm, the per-layer norms and biases (all
+  // in the compute dtype) and the float32 rope frequencies.
+  in.fixed_bytes =
+      ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident) * s + c.head_dim / 2 * 4;
+
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    offload::LayerCost cost = layer_cost(c, shape, i);
+    cost.blob_bytes = blob;
+    cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
+                        (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
+    in.layers.push_back(cost);
+    // Weights, gradients and AdamW's two moments, all float32.
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    for (const Linear& l : layer_linears(c)) {
+      if (shape.lora.targets(prefix + l.module)) in.lora_bytes += shape.lora.r * (l.in + l.out) * 4 * 4;
+    }
+  }
+
+  const int64_t rope_rows = shape.per_row_positions ? B : 1;
+  in.saved_outside_layers = N * (H * 4 + 4) + N * H * s + N * 8 + 2 * rope_rows * T * c.head_dim * s + 4 * N * 8;
+  // One chunk of logits: in the compute dtype and in float32, and up to three float32 temporaries
+  // (log-sum-exp in forward; softmax, mask and scale in backward), and the gradient of the loss's
+  // input [N, H].
+  const int64_t chunk = std::min(kLossChunkTokens, N);
+  in.loss_workspace = chunk * V * (12 + (s == 4 ? 0 : s)) + N * H * s;
+  in.library_workspace = shape.device == c10::DeviceType::CUDA ? kCublasWorkspaceBytes : 0;
+  return in;
+}
+
+}  // namespace qtrain::engine::schedule

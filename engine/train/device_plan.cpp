@@ -1,0 +1,120 @@
+// See device_plan.h.
+#include "engine/train/device_plan.h"
+
+#include <cstdio>
+
+#include <ATen/ATen.h>
+
+#include "engine/config/byte_size.h"
+#include "engine/config/run_plan.h"
+#include "engine/train/memory_stats.h"
+#include "offload/copy_bandwidth.h"
+#include "offload/simulated_copy_engine.h"
+
+namespace qtrain::engine::train {
+namespace {
+
+std::shared_ptr<offload::CopyEngine> copy_engine_for(const at::Device& device) {
+  if (device.is_cuda()) return offload::make_cuda_copy_engine(device);
+  return std::make_shared<offload::SimulatedCopyEngine>();
+}
+
+}  // namespace
+
+DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
+  DevicePlan p;
+  p.device = device;
+  const bool offload = c.offload_layers_auto || c.offload_layers > 0;
+  if (!device.is_cuda() && !offload) return p;
+  TORCH_CHECK(device.is_cuda() || !c.offload_layers_auto,
+              "offload_layers: auto plans GPU memory, but this run is on ",
+              device,
+              "; give a number of layers (on the CPU they pass through the simulated copy engine, "
+              "which tests the machinery and saves no memory), or set offload_layers: 0");
+  const auto model = config::read_model_config(c.base_model);
+  if (!device.is_cuda()) {
+    // No device memory to plan: the layers are spread as the planner would spread them.
+    TORCH_CHECK(c.offload_layers <= model.num_layers,
+                "offload_layers is ",
+                c.offload_layers,
+                " but ",
+                c.base_model.string(),
+                " has ",
+                model.num_layers,
+                " layers; use at most ",
+                model.num_layers);
+    p.offloaded_layers = offload::spread_layers(c.offload_layers, model.num_layers);
+    return p;
+  }
+  const int64_t total = device_memory_bytes(device);
+  TORCH_CHECK(c.gpu_memory_limit <= total,
+              "gpu_memory_limit is ",
+              config::format_byte_size(c.gpu_memory_limit),
+              " but ",
+              device,
+              " has ",
+              config::format_byte_size(total),
+              "; lower gpu_memory_limit or remove it to use the whole device");
+  const int64_t budget = c.gpu_memory_limit > 0 ? c.gpu_memory_limit : total;
+  if (offload) {
+    // The measured bandwidth, so the plan's transfer time is this machine's.
+    auto engine = offload::make_cuda_copy_engine(device);
+    p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*engine, int64_t{256} << 20);
+    std::printf("offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
+  }
+  auto plan = config::plan_run(
+      c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond);
+  TORCH_CHECK(plan.fits,
+              "the run does not fit ",
+              config::format_byte_size(budget),
+              " of ",
+              device,
+              " by qtrain's memory plan (nothing was loaded yet):\n",
+              offload::format_plan(plan));
+  limit_device_memory(device, budget);
+  std::printf("%s", offload::format_plan(plan).c_str());
+  std::fflush(stdout);
+  p.offloaded_layers = plan.offloaded_layers;
+  p.memory = std::move(plan);
+  return p;
+}
+
+std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& p,
+                                                           model::CausalLM& model,
+                                                           const config::RunConfig& c) {
+  if (p.offloaded_layers.empty()) return nullptr;
+  auto residency = std::make_shared<schedule::OffloadedWeights>(
+      model, schedule::OffloadOptions{p.offloaded_layers, c.offload_prefetch_depth}, copy_engine_for(p.device));
+  const auto s = residency->stats();
+  std::printf("offload: %lld of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
+              static_cast<long long>(s.offloaded_layers),
+              static_cast<long long>(model.layers().size()),
+              p.device.is_cuda() ? "pinned" : "simulated",
+              offload::format_bytes(s.host_bytes).c_str(),
+              static_cast<long long>(s.num_slots),
+              offload::format_bytes(s.slot_bytes).c_str(),
+              static_cast<long long>(c.offload_prefetch_depth),
+              p.device.is_cuda() ? "" : " (CPU run: no memory saved)");
+  std::fflush(stdout);
+  return residency;
+}
+
+std::string out_of_memory_report(const DevicePlan& p,
+                                 const config::RunConfig& c,
+                                 int64_t step,
+                                 const std::string& allocator_message) {
+  std::string msg = "out of memory on " + p.device.str() + " in step " + std::to_string(step) + ": " +
+                    allocator_message.substr(0, allocator_message.find('\n')) + "\n";
+  if (p.memory) msg += "The plan for this run was:\n" + offload::format_plan(*p.memory);
+  msg +=
+      "The plan's estimate was too low for this step. What to change, most effective first: "
+      "offload_layers: auto (or more layers than " +
+      std::to_string(p.offloaded_layers.size()) + "), gradient_checkpointing: true, a lower micro_batch_size (now " +
+      std::to_string(c.micro_batch_size) + ") with a higher gradient_accumulation_steps, a lower sequence_len (now " +
+      std::to_string(c.sequence_len) +
+      "), or a lower gpu_memory_limit so that the plan keeps more room. Checkpoints already in " +
+      c.output_dir.string() + " are intact.";
+  return msg;
+}
+
+}  // namespace qtrain::engine::train

@@ -1,0 +1,47 @@
+// How a training run uses its device's memory, decided before the model is loaded: the memory
+// plan (from config.json alone, engine/config/run_plan.h), the limit put on the CUDA allocator
+// (gpu_memory_limit), which layers are offloaded, and, once the model is loaded, the residency
+// that streams them. A plan that does not fit stops the run here, with the table, instead of an
+// out-of-memory error deep in a step; an out-of-memory error that happens anyway is reported
+// with the same table (out_of_memory_report).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "engine/config/run_config.h"
+#include "engine/model/causal_lm.h"
+#include "engine/schedule/offloaded_weights.h"
+#include "offload/planner.h"
+
+namespace qtrain::engine::train {
+
+struct DevicePlan {
+  at::Device device = at::kCPU;
+  // On CUDA, always; on the CPU only when layers are offloaded (through the simulated copy
+  // engine: it exercises the machinery and saves no memory).
+  std::optional<offload::MemoryPlan> memory;
+  std::vector<int64_t> offloaded_layers;
+  double h2d_bytes_per_s = 0;  // measured on CUDA when layers are offloaded
+};
+
+// Plans the run on `device`, prints the plan, and on CUDA limits the allocator to the budget.
+// Errors, with the table and its advice, when the plan does not fit.
+DevicePlan plan_device(const config::RunConfig& config, const at::Device& device);
+
+// The residency the plan implies for the loaded model: null when every layer is resident.
+std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& plan,
+                                                           model::CausalLM& model,
+                                                           const config::RunConfig& config);
+
+// The message for an out-of-memory error in step `step`: what the allocator said, the plan, and
+// what to change.
+std::string out_of_memory_report(const DevicePlan& plan,
+                                 const config::RunConfig& config,
+                                 int64_t step,
+                                 const std::string& allocator_message);
+
+}  // namespace qtrain::engine::train

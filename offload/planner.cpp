@@ -1,0 +1,231 @@
+// See planner.h. A plan for a given set of offloaded layers is a sum: what stays resident, the
+// slots, the activations the step keeps for backward (an offloaded layer is always checkpointed,
+// since its weights leave the slot), and the largest transient on top of them, which is either
+// the loss's chunk of logits or one layer's recompute and backward. `auto` tries k = 0, 1, ...
+// until the sum fits.
+#include "offload/planner.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+
+namespace qtrain::offload {
+namespace {
+
+std::string printf_string(const char* format, auto... args) {
+  std::string out(static_cast<size_t>(std::snprintf(nullptr, 0, format, args...)), '\0');
+  std::snprintf(out.data(), out.size() + 1, format, args...);
+  return out;
+}
+
+MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k) {
+  const auto n = static_cast<int64_t>(in.layers.size());
+  MemoryPlan p;
+  p.num_layers = n;
+  p.auto_offload = !request.offload_layers.has_value();
+  p.offloaded_layers = spread_layers(k, n);
+  p.prefetch_depth = request.prefetch_depth;
+  p.budget_bytes = request.budget_bytes;
+  p.micro_batches_per_step = in.micro_batches_per_step;
+  p.h2d_bytes_per_s = request.h2d_bytes_per_s;
+
+  std::vector<bool> offloaded(n, false);
+  for (const int64_t i : p.offloaded_layers) offloaded[i] = true;
+  int64_t resident = 0, saved = in.saved_outside_layers, checkpointed_saved = 0, full_saved = 0;
+  int64_t num_full = 0, transient = in.loss_workspace;
+  std::string transient_what = "the loss's chunk of logits";
+  for (int64_t i = 0; i < n; ++i) {
+    const LayerCost& l = in.layers[i];
+    const bool checkpointed = l.checkpointed || offloaded[i];
+    if (offloaded[i]) {
+      p.host_bytes += l.blob_bytes;
+      p.slot_bytes = std::max(p.slot_bytes, l.blob_bytes);
+    } else {
+      resident += l.blob_bytes;
+    }
+    if (checkpointed) {
+      ++p.num_checkpointed;
+      checkpointed_saved += l.saved_checkpointed;
+    } else {
+      ++num_full;
+      full_saved += l.saved_full;
+    }
+    // A checkpointed layer's backward first rebuilds what a full layer keeps.
+    const int64_t layer_transient = (checkpointed ? l.saved_full : 0) + l.backward_transient;
+    if (layer_transient > transient) {
+      transient = layer_transient;
+      transient_what =
+          std::string(checkpointed ? "recompute and backward" : "backward") + " of layer " + std::to_string(i);
+    }
+  }
+  saved += checkpointed_saved + full_saved;
+  p.num_slots = k > 0 ? std::min(k, request.prefetch_depth + 1) : 0;
+  p.h2d_bytes_per_step = 2 * p.host_bytes * in.micro_batches_per_step;
+  p.h2d_seconds_per_step = static_cast<double>(p.h2d_bytes_per_step) / request.h2d_bytes_per_s;
+  if (k > 0) {
+    const auto& o = p.offloaded_layers;
+    p.min_resident_gap = std::min(o.front(), n - 1 - o.back());
+    for (size_t j = 1; j < o.size(); ++j) p.min_resident_gap = std::min(p.min_resident_gap, o[j] - o[j - 1] - 1);
+  }
+
+  auto& rows = p.rows;
+  rows.push_back(
+      {"decoder layer weights, resident", std::to_string(n - k) + " of " + std::to_string(n) + " layers", resident});
+  rows.push_back({"decoder layer weights, offloaded",
+                  std::to_string(k) + " layers in pinned host RAM (" + format_bytes(p.host_bytes) + ")",
+                  0});
+  rows.push_back({"device slots for offloaded layers",
+                  p.num_slots == 0 ? "none" : std::to_string(p.num_slots) + " x " + format_bytes(p.slot_bytes),
+                  p.num_slots * p.slot_bytes});
+  rows.push_back({"embeddings, output head, norms, biases", "always resident", in.fixed_bytes});
+  rows.push_back({"LoRA weights, gradients, AdamW moments", "float32", in.lora_bytes});
+  rows.push_back({"activations kept for backward",
+                  std::to_string(p.num_checkpointed) + " checkpointed layers (" + format_bytes(checkpointed_saved) +
+                      "), " + std::to_string(num_full) + " full (" + format_bytes(full_saved) +
+                      "), loss and final norm (" + format_bytes(in.saved_outside_layers) + ")",
+                  saved});
+  rows.push_back({"largest transient", transient_what, transient});
+  rows.push_back({"cuBLAS workspaces", "", in.library_workspace});
+  int64_t allocated = 0;
+  for (const PlanRow& r : rows) allocated += r.bytes;
+  const auto fragmentation = static_cast<int64_t>(std::ceil(static_cast<double>(allocated) * kFragmentationReserve));
+  rows.push_back({"allocator fragmentation reserve",
+                  printf_string("%.0f%% of the above", kFragmentationReserve * 100),
+                  fragmentation});
+  rows.push_back({"CUDA context", "outside the allocator", kCudaContextBytes});
+  for (const PlanRow& r : rows) p.total_bytes += r.bytes;
+  p.fits = p.total_bytes <= p.budget_bytes;
+  return p;
+}
+
+// By how much the plan misses, and its three largest parts.
+std::string shortfall(const MemoryPlan& p) {
+  std::vector<const PlanRow*> rows;
+  for (const PlanRow& r : p.rows) rows.push_back(&r);
+  std::stable_sort(rows.begin(), rows.end(), [](const PlanRow* a, const PlanRow* b) { return a->bytes > b->bytes; });
+  std::string out = "the step needs " + format_bytes(p.total_bytes) + ", " +
+                    format_bytes(p.total_bytes - p.budget_bytes) + " more than the budget of " +
+                    format_bytes(p.budget_bytes);
+  if (p.auto_offload && static_cast<int64_t>(p.offloaded_layers.size()) == p.num_layers) {
+    out += ", even with every layer offloaded";
+  }
+  out += "; the largest parts are";
+  for (size_t i = 0; i < std::min<size_t>(3, rows.size()); ++i) {
+    out += std::string(i == 0 ? " " : ", ") + rows[i]->what + " (" + format_bytes(rows[i]->bytes) + ")";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> spread_layers(int64_t k, int64_t n) {
+  TORCH_CHECK(k >= 0 && k <= n, "spread_layers: cannot choose ", k, " of ", n, " layers");
+  std::vector<int64_t> out;
+  out.reserve(k);
+  // The centre of span j of k equal spans: (2j + 1) n / 2k, rounded down. Spans are at least one
+  // layer wide (k <= n), so the picks are distinct.
+  for (int64_t j = 0; j < k; ++j) out.push_back((2 * j + 1) * n / (2 * k));
+  return out;
+}
+
+MemoryPlan plan_memory(const PlanInputs& in, const PlanRequest& request) {
+  const auto n = static_cast<int64_t>(in.layers.size());
+  TORCH_CHECK(request.budget_bytes > 0,
+              "the GPU memory budget is ",
+              request.budget_bytes,
+              " bytes; give a positive budget such as gpu_memory_limit: 24GiB");
+  TORCH_CHECK(request.prefetch_depth >= 1,
+              "offload_prefetch_depth is ",
+              request.prefetch_depth,
+              "; use 1 (copy the next offloaded layer during the current one) or more");
+  TORCH_CHECK(request.h2d_bytes_per_s > 0,
+              "the host-to-device bandwidth is ",
+              request.h2d_bytes_per_s,
+              " bytes/s; give a positive bandwidth such as 25GB/s");
+  TORCH_CHECK(
+      in.micro_batches_per_step >= 1, "gradient_accumulation_steps is ", in.micro_batches_per_step, "; use 1 or more");
+  if (request.offload_layers) {
+    const int64_t k = *request.offload_layers;
+    TORCH_CHECK(k >= 0 && k <= n,
+                "offload_layers is ",
+                k,
+                " but the model has ",
+                n,
+                " decoder layers; use 0 to ",
+                n,
+                ", or auto to offload as few as fit");
+    MemoryPlan p = plan_with(in, request, k);
+    if (!p.fits) p.advice = shortfall(p);
+    return p;
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    MemoryPlan p = plan_with(in, request, k);
+    if (p.fits) return p;
+  }
+  MemoryPlan p = plan_with(in, request, n);
+  if (!p.fits) p.advice = shortfall(p);
+  return p;
+}
+
+std::string format_bytes(int64_t bytes) {
+  const double v = std::abs(static_cast<double>(bytes));
+  const char* sign = bytes < 0 ? "-" : "";
+  if (v < 1024) return printf_string("%s%" PRId64 " B", sign, std::abs(bytes));
+  if (v < 1024.0 * 1024) return printf_string("%s%.1f KiB", sign, v / 1024);
+  if (v < 1024.0 * 1024 * 1024) return printf_string("%s%.1f MiB", sign, v / (1024.0 * 1024));
+  return printf_string("%s%.2f GiB", sign, v / (1024.0 * 1024 * 1024));
+}
+
+std::string format_plan(const MemoryPlan& p) {
+  std::string out = "GPU memory per step\n";
+  const auto line = [&](const std::string& what, const std::string& detail, const std::string& bytes) {
+    out += printf_string("  %-40s %12s  %s\n", what.c_str(), bytes.c_str(), detail.c_str());
+  };
+  for (const PlanRow& r : p.rows) line(r.what, r.detail, format_bytes(r.bytes));
+  out += "  " + std::string(54, '-') + "\n";
+  line("total", "", format_bytes(p.total_bytes));
+  line("budget",
+       p.fits ? "fits, " + format_bytes(p.budget_bytes - p.total_bytes) + " to spare"
+              : "does not fit: " + format_bytes(p.total_bytes - p.budget_bytes) + " over",
+       format_bytes(p.budget_bytes));
+
+  const auto k = static_cast<int64_t>(p.offloaded_layers.size());
+  out += "plan: ";
+  if (k == 0) {
+    out += "every layer resident, nothing offloaded";
+  } else {
+    std::string layers;
+    for (const int64_t i : p.offloaded_layers) layers += (layers.empty() ? "" : " ") + std::to_string(i);
+    out += printf_string("offload %" PRId64 " of %" PRId64 " layers [%s] to pinned host RAM, %" PRId64
+                         " device slots, prefetch depth %" PRId64,
+                         k,
+                         p.num_layers,
+                         layers.c_str(),
+                         p.num_slots,
+                         p.prefetch_depth);
+  }
+  out += p.auto_offload ? " (offload_layers: auto)\n" : " (offload_layers: " + std::to_string(k) + ")\n";
+  out += printf_string(
+      "  %" PRId64 " of %" PRId64 " layers checkpointed (recomputed in backward)\n", p.num_checkpointed, p.num_layers);
+  out += "PCIe host-to-device traffic per step: " + format_bytes(p.h2d_bytes_per_step);
+  if (k > 0) {
+    out += printf_string(" (%" PRId64 " layers x 2 copies x %" PRId64 " micro-batches), %.3f s at %.1f GB/s\n",
+                         k,
+                         p.micro_batches_per_step,
+                         p.h2d_seconds_per_step,
+                         p.h2d_bytes_per_s / 1e9);
+    out += printf_string(
+        "  each copy overlaps the compute of at least %" PRId64 " resident layer(s)%s\n",
+        p.min_resident_gap,
+        p.min_resident_gap == 0 ? ": copies are hidden only if one layer's compute outlasts one copy" : "");
+  } else {
+    out += "\n";
+  }
+  if (!p.fits) out += "does not fit: " + p.advice + "\n";
+  return out;
+}
+
+}  // namespace qtrain::offload

@@ -1,0 +1,209 @@
+// The memory estimate against real models: the offload blob of every layer, the always-resident
+// weights and the LoRA state are exactly what a loaded model holds (float, NF4 and FP4 with and
+// without double quantization, INT8; shapes with odd sizes and partial blocks), and the
+// activations a training forward keeps on the CPU match the heap it actually leaves allocated.
+#include "engine/schedule/memory_estimate.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "engine/io/hf_folder.h"
+#include "engine/lora/attach.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/init_model.h"
+#include "engine/schedule/layer_scheduler.h"
+#include "offload/blob_layout.h"
+#include "tests/temp_dir.h"
+
+namespace qtrain::engine::schedule {
+namespace {
+
+using model::QuantSpec;
+
+// The byte sizes of a loaded layer's base weight tensors, in blob order (see memory_estimate.h).
+std::vector<int64_t> stored_nbytes(const model::DecoderLayer& layer) {
+  std::vector<int64_t> out;
+  for (const auto* l : layer.linears()) {
+    if (const auto* dense = std::get_if<at::Tensor>(&l->weight)) {
+      out.push_back(dense->nbytes());
+    } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&l->weight)) {
+      out.push_back(q4->packed.nbytes());
+      if (q4->nested) {
+        for (const auto& t : {q4->nested->qabsmax, q4->nested->absmax2, q4->nested->code}) out.push_back(t.nbytes());
+      } else {
+        out.push_back(q4->absmax.nbytes());
+      }
+    } else {
+      const auto& w = std::get<ops::Int8Weight>(l->weight);
+      out.push_back(w.cb().nbytes());
+      out.push_back(w.scb().nbytes());
+    }
+  }
+  return out;
+}
+
+// Everything resident besides the layers' base weights, as loaded.
+int64_t resident_nbytes(const model::CausalLM& lm) {
+  int64_t bytes = lm.embed_tokens().nbytes() + lm.norm_weight().nbytes();
+  if (!lm.lm_head().is_same(lm.embed_tokens())) bytes += lm.lm_head().nbytes();
+  for (const auto& layer : lm.layers()) {
+    bytes += layer.input_norm.nbytes() + layer.post_attn_norm.nbytes();
+    if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
+    for (const auto* l : layer.linears()) {
+      if (l->bias) bytes += l->bias->nbytes();
+    }
+  }
+  return bytes;
+}
+
+// A Qwen2 (q/k/v biases) with odd sizes: hidden 63, intermediate 301, so that packed codes end
+// in a half byte and blocks are partial; 301 * 63 weights make 297 blocks of 64, so the nested
+// absmax has two blocks of 256.
+model::ModelConfig odd_qwen2() {
+  auto c = model::preset_config(model::Architecture::qwen2, "tiny");
+  c.hidden_size = 63;
+  c.intermediate_size = 301;
+  return c;
+}
+
+struct Variant {
+  QuantSpec quant;
+  at::ScalarType dtype;
+  std::string name;
+};
+
+std::vector<Variant> variants() {
+  const auto q = [](QuantSpec::Kind kind, int64_t blocksize, bool double_quant) {
+    QuantSpec s;
+    s.kind = kind;
+    s.blocksize = blocksize;
+    s.double_quant = double_quant;
+    return s;
+  };
+  return {{q(QuantSpec::Kind::none, 64, false), at::kFloat, "float32"},
+          {q(QuantSpec::Kind::none, 64, false), at::kBFloat16, "bfloat16"},
+          {q(QuantSpec::Kind::nf4, 64, true), at::kBFloat16, "nf4 double quant"},
+          {q(QuantSpec::Kind::nf4, 64, false), at::kFloat, "nf4"},
+          {q(QuantSpec::Kind::fp4, 128, true), at::kFloat, "fp4 blocksize 128 double quant"},
+          {q(QuantSpec::Kind::fp4, 32, false), at::kBFloat16, "fp4 blocksize 32"},
+          {q(QuantSpec::Kind::int8, 64, false), at::kBFloat16, "int8"}};
+}
+
+TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
+  const auto dir = test::fresh_test_dir(true);
+  for (const auto& [name, config] : {std::pair{"llama tiny", model::preset_config(model::Architecture::llama, "tiny")},
+                                     std::pair{"qwen3 tiny", model::preset_config(model::Architecture::qwen3, "tiny")},
+                                     std::pair{"odd qwen2", odd_qwen2()}}) {
+    const auto folder_dir = dir / name;
+    model::write_random_model(folder_dir, config, 3);
+    const auto folder = io::HfFolder::open(folder_dir);
+    for (const Variant& v : variants()) {
+      SCOPED_TRACE(std::string(name) + ", " + v.name);
+      model::LoadOptions options;
+      options.quant = v.quant;
+      options.dtype = v.dtype;
+      auto lm = model::CausalLM::load(folder, options);
+      lora::LoraConfig lora;
+      lora.r = 5;
+      lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
+      lora::attach_new_lora(lm, lora, 1);
+      MemoryShape shape;
+      shape.quant = v.quant;
+      shape.lora = lora;
+      shape.dtype = v.dtype;
+      const auto in = estimate_memory(config, shape);
+      const auto expected = layer_weight_nbytes(config, v.quant, v.dtype);
+      ASSERT_EQ(in.layers.size(), lm.layers().size());
+      for (const auto& layer : lm.layers()) {
+        const auto real = stored_nbytes(layer);
+        EXPECT_EQ(expected, real) << "layer " << layer.index;
+        EXPECT_EQ(in.layers[layer.index].blob_bytes, offload::blob_bytes(real)) << "layer " << layer.index;
+      }
+      // The rope frequencies (float32 [head_dim / 2]) are not reachable from outside CausalLM.
+      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + config.head_dim / 2 * 4);
+      int64_t lora_bytes = 0;
+      for (const auto& p : lm.trainable_parameters()) lora_bytes += 4 * p.nbytes();  // + grad, m, v
+      EXPECT_EQ(in.lora_bytes, lora_bytes);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// What the forward leaves allocated for backward on the CPU (StepStats::activation_bytes, the
+// heap's growth over train_forward), against the estimate of the same: every layer's saved
+// activations and those outside the layers. Within 5%: the heap also holds malloc's headers, the
+// autograd nodes, the checkpoints' CPU RNG states (5 KiB each) and other small tensors the
+// estimate leaves out. A first forward warms up: the first one also allocates the kernels'
+// lasting scratch (several MiB), which is no activation.
+TEST(MemoryEstimate, ActivationsMatchWhatAForwardKeepsOnTheCpu) {
+  auto config = model::preset_config(model::Architecture::llama, "tiny");
+  config.hidden_size = 128;
+  config.intermediate_size = 352;
+  config.num_layers = 3;
+  config.num_heads = 4;
+  config.num_kv_heads = 2;
+  config.head_dim = 32;
+  config.vocab_size = 512;
+  config.sliding_window.assign(3, std::nullopt);
+  const auto dir = test::fresh_test_dir(true);
+  model::write_random_model(dir, config, 4);
+  const auto folder = io::HfFolder::open(dir);
+  const int64_t batch = 2, seq = 192;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const auto ids = at::randint(config.vocab_size, {batch, seq}, gen, at::kLong);
+  for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (const double dropout : {0.0, 0.1}) {
+      QuantSpec quant;
+      quant.kind = QuantSpec::Kind::nf4;
+      quant.double_quant = true;
+      model::LoadOptions options;
+      options.quant = quant;
+      options.dtype = dtype;
+      auto lm = model::CausalLM::load(folder, options);
+      lora::LoraConfig lora;
+      lora.r = 8;
+      lora.dropout = dropout;
+      lora.target_all_linear = true;
+      lora::attach_new_lora(lm, lora, 2);
+      for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + ", dropout " + std::to_string(dropout) + ", " +
+                     (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed"));
+        MemoryShape shape;
+        shape.quant = quant;
+        shape.lora = lora;
+        shape.dtype = dtype;
+        shape.device = c10::DeviceType::CPU;
+        shape.micro_batch_size = batch;
+        shape.sequence_len = seq;
+        shape.segment_mask = false;  // train_forward(plan, ids, labels) passes no segment ids
+        shape.per_row_positions = false;
+        shape.checkpoint = policy;
+        const auto in = estimate_memory(config, shape);
+        int64_t estimate = in.saved_outside_layers;
+        for (const auto& l : in.layers) estimate += l.checkpointed ? l.saved_checkpointed : l.saved_full;
+
+        // train_forward measures while its local holding the last layer's output is alive; in
+        // float32 the final norm saves that very tensor, otherwise it is one [N, H] more.
+        if (dtype != at::kFloat) estimate += batch * seq * config.hidden_size * 2;
+
+        int64_t measured = 0;
+        for (int run = 0; run < 2; ++run) {
+          LayerScheduler scheduler(lm);
+          const auto plan = scheduler.prepare_training(policy);
+          const auto r = scheduler.train_forward(plan, ids, ids);
+          measured = scheduler.stats().activation_bytes;
+        }
+        EXPECT_NEAR(static_cast<double>(estimate), static_cast<double>(measured), 0.05 * measured)
+            << "estimate " << estimate << " B, measured " << measured << " B";
+      }
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::schedule

@@ -1,0 +1,64 @@
+// Shared by the CPU and GPU offload tests: the llama fixture with LoRA on every linear (non-zero
+// B, dropout on, so gradients are non-trivial and the recompute must replay the RNG), and two
+// training steps of it under a given residency.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "engine/lora/attach.h"
+#include "engine/schedule/layer_scheduler.h"
+#include "tests/reference.h"
+
+namespace qtrain::test {
+
+inline engine::model::CausalLM load_llama_with_lora(engine::model::QuantSpec::Kind kind,
+                                                    at::ScalarType dtype = at::kFloat,
+                                                    const at::Device& device = at::kCPU) {
+  engine::model::QuantSpec q;
+  q.kind = kind;
+  q.double_quant = true;
+  auto lm =
+      engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"), {q, dtype, device});
+  engine::lora::LoraConfig c;
+  c.r = 4;
+  c.alpha = 8;
+  c.dropout = 0.1;
+  c.target_all_linear = true;
+  engine::lora::attach_new_lora(lm, c, 11);
+  at::manual_seed(5);
+  at::NoGradGuard no_grad;
+  for (auto& [name, a] : engine::lora::lora_adapters(lm)) a.b.normal_(0, 0.05);
+  return lm;
+}
+
+struct StepsResult {
+  std::vector<at::Tensor> losses;  // per step, on the CPU
+  std::vector<at::Tensor> grads;   // every LoRA tensor's gradient after the steps, on the CPU
+  int64_t checkpointed = 0;        // layers the plan checkpoints
+};
+
+// Two training steps (forward + backward each, gradients accumulating) under `residency`
+// (null: every layer resident).
+inline StepsResult two_steps(engine::model::CausalLM& lm,
+                             std::shared_ptr<engine::schedule::WeightResidency> residency,
+                             engine::schedule::CheckpointPolicy policy) {
+  engine::schedule::LayerScheduler scheduler(lm, std::move(residency));
+  const auto plan = scheduler.prepare_training(policy);
+  const auto ref = engine::io::SafetensorsFile::open(model_fixture("llama") / "reference.safetensors");
+  StepsResult r;
+  r.checkpointed = plan.num_checkpointed();
+  for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
+  at::manual_seed(123);
+  for (int step = 0; step < 2; ++step) {
+    const auto [sum, tokens] = scheduler.train_forward(plan, ref.tensor("ids"), ref.tensor("labels"));
+    (sum / tokens).backward();
+    r.losses.push_back(sum.detach().cpu());
+  }
+  for (const auto& p : lm.trainable_parameters()) r.grads.push_back(p.grad().cpu());
+  return r;
+}
+
+}  // namespace qtrain::test
