@@ -12,6 +12,12 @@ SlotRing::SlotRing(const HostStore& store, int64_t num_slots)
   for (auto& s : slots_) s.buffer = engine_.device_buffer(slot_bytes_);
 }
 
+SlotRing::~SlotRing() {
+  for (const auto& s : slots_) {
+    if (s.copy_done) s.copy_done->synchronize();
+  }
+}
+
 SlotTicket SlotRing::prefetch(int64_t layer) {
   for (int64_t i = 0; i < num_slots(); ++i) {
     Slot& s = slots_[i];

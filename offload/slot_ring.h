@@ -44,6 +44,11 @@ class SlotRing {
  public:
   // `num_slots` buffers of the store's largest blob on the store's engine's device.
   SlotRing(const HostStore& store, int64_t num_slots);
+  // Waits for copies still in flight: on a GPU they write into the slots through raw pointers,
+  // which the allocator must not hand out again before they land.
+  ~SlotRing();
+  SlotRing(const SlotRing&) = delete;
+  SlotRing& operator=(const SlotRing&) = delete;
 
   // Queues the copy of `layer` into a slot that is not acquired, unless a slot already holds it
   // (then that slot is reserved for it, with no copy). Prefers an empty slot, then the one
