@@ -1,50 +1,12 @@
 // See checkpoint.h.
 #include "engine/schedule/checkpoint.h"
 
-#include <mutex>
-
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "engine/schedule/rng_state.h"
+
 namespace qtrain::engine::schedule {
-namespace {
-
-// The generator LoRA dropout draws from on h's device.
-at::Generator generator_for(const at::Device& device) {
-  return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
-}
-
-at::Tensor rng_state(const at::Device& device) {
-  auto gen = generator_for(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-// Sets the generator to `state` for its lifetime and puts the previous state back afterwards
-// (torch.random.fork_rng), so the recompute draws the forward's numbers without shifting
-// anything drawn later.
-class RngStateGuard {
- public:
-  RngStateGuard(const at::Device& device, const at::Tensor& state) : gen_(generator_for(device)) {
-    std::lock_guard<std::mutex> lock(gen_.mutex());
-    saved_ = gen_.get_state();
-    gen_.set_state(state);
-  }
-  ~RngStateGuard() {
-    std::lock_guard<std::mutex> lock(gen_.mutex());
-    gen_.set_state(saved_);
-  }
-  RngStateGuard(const RngStateGuard&) = delete;
-  RngStateGuard& operator=(const RngStateGuard&) = delete;
-
- private:
-  at::Generator gen_;
-  at::Tensor saved_;
-};
-
-}  // namespace
-
 namespace {
 // An empty segments tensor stands for "no segments": autograd rejects undefined inputs.
 model::LayerInputs layer_inputs(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments) {

@@ -7,13 +7,13 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/config/model_setup.h"
 #include "engine/data/dataset.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "engine/schedule/rng_state.h"
 #include "engine/train/clip_grad.h"
 #include "engine/train/device_plan.h"
 #include "engine/train/interrupt.h"
@@ -28,22 +28,6 @@ namespace {
 
 // Steps in a row whose loss or gradient is not finite before the run stops.
 constexpr int64_t kMaxConsecutiveNonFinite = 10;
-
-at::Generator device_generator(const at::Device& device) {
-  return device.is_cpu() ? at::detail::getDefaultCPUGenerator() : at::globalContext().defaultGenerator(device);
-}
-
-at::Tensor rng_state(const at::Device& device) {
-  auto gen = device_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void set_rng_state(const at::Device& device, const at::Tensor& state) {
-  auto gen = device_generator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 std::string clock(double seconds) {
   const auto s = static_cast<int64_t>(std::max(0.0, seconds));
@@ -207,8 +191,8 @@ TrainResult train(const config::RunConfig& c) {
     }
     optimizer.load_state_tensors(ck.optimizer, (resume / "optimizer.safetensors").string());
     state = ck.state;
-    set_rng_state(at::kCPU, state.rng_cpu);
-    if (state.rng_cuda.defined() && options.device.is_cuda()) set_rng_state(options.device, state.rng_cuda);
+    schedule::set_rng_state(at::kCPU, state.rng_cpu);
+    if (state.rng_cuda.defined() && options.device.is_cuda()) schedule::set_rng_state(options.device, state.rng_cuda);
     loader.seek(state.data);
     std::printf("resume: %s at step %lld\n", resume.c_str(), static_cast<long long>(state.global_step));
   }
@@ -220,8 +204,8 @@ TrainResult train(const config::RunConfig& c) {
   const auto plan = scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);
   auto save = [&] {
     state.data = loader.position();
-    state.rng_cpu = rng_state(at::kCPU);
-    if (options.device.is_cuda()) state.rng_cuda = rng_state(options.device);
+    state.rng_cpu = schedule::rng_state(at::kCPU);
+    if (options.device.is_cuda()) state.rng_cuda = schedule::rng_state(options.device);
     const auto dir = save_checkpoint(
         c.output_dir, state, optimizer, lora, lora::lora_adapters(lm), c.base_model.string(), config_yaml);
     prune_checkpoints(c.output_dir, c.save_total_limit);

@@ -2,6 +2,7 @@
 // CPU code in ops/quant/int8.cpp, which stays the reference (tests/ops/cuda/int8_cuda_test.cpp
 // compares the two). See Note [Bit-exact CUDA twins] in kbit.cu for the arithmetic rules.
 #include "ops/cuda/int8.h"
+#include "ops/cuda/check_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,14 +17,6 @@ namespace {
 
 constexpr float kInv127 = 1.0f / 127.0f;  // the CPU's constant: bitsandbytes' 7.874015718698502e-3 as float32
 constexpr int kMaxThreads = 256;          // per row
-
-void check_launch(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("qtrain CUDA kernel ") + kernel + " failed: " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
 
 void check_shape(int64_t rows, int64_t cols, const char* fn) {
   if (rows < 0 || cols < 0 || rows > INT_MAX) {

@@ -2,6 +2,7 @@
 // the CPU code in ops/quant/kbit.cpp, which stays the reference (tests/ops/cuda/kbit_cuda_test.cpp
 // compares the two).
 #include "ops/cuda/kbit.h"
+#include "ops/cuda/check_launch.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,14 +32,6 @@ namespace qtrain::ops::cuda {
 namespace {
 
 constexpr float kMinAbsmax = 1e-38f;  // bitsandbytes clamps absmax before its reciprocal (kbit.cpp)
-
-void check_launch(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("qtrain CUDA kernel ") + kernel + " failed: " + cudaGetErrorName(err) + " (" +
-                             cudaGetErrorString(err) + ")");
-  }
-}
 
 int log2_blocksize_4bit(int blocksize, const char* fn) {
   for (int log2 = 5; log2 <= 12; ++log2) {
