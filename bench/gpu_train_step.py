@@ -16,7 +16,6 @@ tokens/s at no more peak memory. `--preset tiny --device cpu --steps 3` checks t
 on a machine without a GPU (numbers meaningless there).
 """
 
-import argparse
 import json
 import os
 import subprocess
@@ -58,21 +57,8 @@ print(json.dumps({"tokens_per_second": tps, "peak_memory_bytes": peak, "loss": l
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--preset", default="llama3-8b")
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=12)
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--models", default="bench-models")
-    a = ap.parse_args()
-    qtrain = qtrain_bench.qtrain_binary(a.build)
-    model = qtrain_bench.make_model(qtrain, a.preset, os.path.join(a.models, f"llama-{a.preset}"),
-                                    "bf16" if a.device.startswith("cuda") else "fp32")
-    vocab = json.load(open(os.path.join(model, "config.json")))["vocab_size"]
-    work = os.path.join(a.models, "gpu_train_step")
-    os.makedirs(work, exist_ok=True)
-    data = qtrain_bench.make_dataset(os.path.join(work, "data.jsonl"), vocab, a.seq, a.steps)
+    a = qtrain_bench.arg_parser(__doc__, steps=12).parse_args()
+    qtrain, model, _, work, data = qtrain_bench.setup(a, "gpu_train_step")
 
     print("[bench] qtrain ...", flush=True)
     rows, _ = qtrain_bench.run_qtrain(qtrain, os.path.join(work, "qtrain"), model, data, a.seq, a.steps, a.device)

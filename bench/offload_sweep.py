@@ -14,8 +14,6 @@ max(compute, transfer), and the target (issue 5) is a step time within 10% of it
 simulated copy engine; numbers meaningless there).
 """
 
-import argparse
-import json
 import os
 import re
 import sys
@@ -25,24 +23,12 @@ import qtrain_bench  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--preset", default="llama3-8b")
-    ap.add_argument("--seq", type=int, default=2048)
-    ap.add_argument("--steps", type=int, default=10)
+    ap = qtrain_bench.arg_parser(__doc__, steps=10)
     ap.add_argument("--depth", type=int, default=1)
     ap.add_argument("--ks", default="0,8,16,all")
-    ap.add_argument("--device", default="cuda")
-    ap.add_argument("--models", default="bench-models")
     a = ap.parse_args()
-    qtrain = qtrain_bench.qtrain_binary(a.build)
-    model = qtrain_bench.make_model(qtrain, a.preset, os.path.join(a.models, f"llama-{a.preset}"),
-                                    "bf16" if a.device.startswith("cuda") else "fp32")
-    config = json.load(open(os.path.join(model, "config.json")))
+    qtrain, model, config, work, data = qtrain_bench.setup(a, "offload_sweep")
     n = config["num_hidden_layers"]
-    work = os.path.join(a.models, "offload_sweep")
-    os.makedirs(work, exist_ok=True)
-    data = qtrain_bench.make_dataset(os.path.join(work, "data.jsonl"), config["vocab_size"], a.seq, a.steps)
 
     results = []
     for k_text in a.ks.split(","):

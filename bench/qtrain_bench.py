@@ -3,6 +3,7 @@ folder made by `qtrain init-model`, a pre-tokenized dataset of random full-lengt
 `qtrain train` run on them with its metrics.jsonl read back, and summary statistics. Nothing is
 downloaded."""
 
+import argparse
 import json
 import os
 import random
@@ -74,3 +75,28 @@ def steady(values, skip):
     """Median of the values after the first `skip` (warm-up: allocator, kernels, caches)."""
     v = values[skip:] if len(values) > skip else values
     return statistics.median(v)
+
+
+def arg_parser(doc, steps):
+    """The options both GPU benchmarks take; a script adds its own."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--preset", default="llama3-8b")
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--models", default="bench-models")
+    return ap
+
+
+def setup(a, name):
+    """The qtrain binary, the model folder (made on first use), its config.json, the work folder
+    bench-models/<name> and the dataset of `a.steps` rows of `a.seq` tokens in it."""
+    qtrain = qtrain_binary(a.build)
+    model = make_model(qtrain, a.preset, os.path.join(a.models, f"llama-{a.preset}"),
+                       "bf16" if a.device.startswith("cuda") else "fp32")
+    config = json.load(open(os.path.join(model, "config.json")))
+    work = os.path.join(a.models, name)
+    os.makedirs(work, exist_ok=True)
+    data = make_dataset(os.path.join(work, "data.jsonl"), config["vocab_size"], a.seq, a.steps)
+    return qtrain, model, config, work, data
