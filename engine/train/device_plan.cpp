@@ -12,14 +12,6 @@
 #include "offload/simulated_copy_engine.h"
 
 namespace qtrain::engine::train {
-namespace {
-
-std::shared_ptr<offload::CopyEngine> copy_engine_for(const at::Device& device) {
-  if (device.is_cuda()) return offload::make_cuda_copy_engine(device);
-  return std::make_shared<offload::SimulatedCopyEngine>();
-}
-
-}  // namespace
 
 DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
   DevicePlan p;
@@ -44,6 +36,7 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
                 " layers; use at most ",
                 model.num_layers);
     p.offloaded_layers = offload::spread_layers(c.offload_layers, model.num_layers);
+    p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();
     return p;
   }
   const int64_t total = device_memory_bytes(device);
@@ -58,8 +51,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
   const int64_t budget = c.gpu_memory_limit > 0 ? c.gpu_memory_limit : total;
   if (offload) {
     // The measured bandwidth, so the plan's transfer time is this machine's.
-    auto engine = offload::make_cuda_copy_engine(device);
-    p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*engine, int64_t{256} << 20);
+    p.copy_engine = offload::make_cuda_copy_engine(device);
+    p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*p.copy_engine, int64_t{256} << 20);
     std::printf("offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
   }
   auto plan = config::plan_run(
@@ -84,7 +77,7 @@ std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& p,
                                                            const config::RunConfig& c) {
   if (p.offloaded_layers.empty()) return nullptr;
   auto residency = std::make_shared<schedule::OffloadedWeights>(
-      model, schedule::OffloadOptions{p.offloaded_layers, c.offload_prefetch_depth}, copy_engine_for(p.device));
+      model, schedule::OffloadOptions{p.offloaded_layers, c.offload_prefetch_depth}, p.copy_engine);
   const auto s = residency->stats();
   std::printf("offload: %lld of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
               static_cast<long long>(s.offloaded_layers),

@@ -25,7 +25,10 @@ struct DevicePlan {
   // engine: it exercises the machinery and saves no memory).
   std::optional<offload::MemoryPlan> memory;
   std::vector<int64_t> offloaded_layers;
-  double h2d_bytes_per_s = 0;  // measured on CUDA when layers are offloaded
+  // When layers are offloaded: the copy engine (CUDA, or simulated on the CPU) and, on CUDA, the
+  // bandwidth it measured.
+  std::shared_ptr<offload::CopyEngine> copy_engine;
+  double h2d_bytes_per_s = 0;
 };
 
 // Plans the run on `device`, prints the plan, and on CUDA limits the allocator to the budget.
