@@ -22,6 +22,7 @@
 #include "engine/io/safetensors.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
+#include "tests/tiny_llama.h"
 
 namespace qtrain::engine::io {
 namespace {
@@ -62,48 +63,6 @@ at::Tensor irregular(std::vector<int64_t> shape, at::ScalarType dtype, uint64_t 
   return (at::randn({n}) * scale).reshape(shape).to(dtype);
 }
 
-// The tensors of a tiny LlamaForCausalLM (hidden 64, 2 layers, intermediate 128, vocab 128, 4
-// heads, 2 kv heads) and its config, as hf_folder_test makes them.
-Tensors tiny_llama(at::ScalarType dtype) {
-  at::manual_seed(11);
-  Tensors out;
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
-    at::Tensor t = norm ? 1 + 0.1 * at::randn(shape) : 0.05 * at::randn(shape);
-    out.emplace_back(name, t.to(dtype));
-  };
-  add("model.embed_tokens.weight", {128, 64}, false);
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {64}, true);
-    add(p + "self_attn.q_proj.weight", {64, 64}, false);
-    add(p + "self_attn.k_proj.weight", {32, 64}, false);
-    add(p + "self_attn.v_proj.weight", {32, 64}, false);
-    add(p + "self_attn.o_proj.weight", {64, 64}, false);
-    add(p + "post_attention_layernorm.weight", {64}, true);
-    add(p + "mlp.gate_proj.weight", {128, 64}, false);
-    add(p + "mlp.up_proj.weight", {128, 64}, false);
-    add(p + "mlp.down_proj.weight", {64, 128}, false);
-  }
-  add("model.norm.weight", {64}, true);
-  add("lm_head.weight", {128, 64}, false);
-  return out;
-}
-
-nlohmann::json tiny_llama_config(const std::string& dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", 64},
-          {"intermediate_size", 128},
-          {"num_hidden_layers", 2},
-          {"num_attention_heads", 4},
-          {"num_key_value_heads", 2},
-          {"vocab_size", 128},
-          {"max_position_embeddings", 128},
-          {"rms_norm_eps", 1e-6},
-          {"tie_word_embeddings", false},
-          {"dtype", dtype}};
-}
-
 // What transformers quantizes in a Llama: every linear of the decoder layers (not lm_head).
 bool is_quantized_linear(const std::string& name) {
   return name.starts_with("model.layers.") && name.ends_with("_proj.weight");
@@ -111,7 +70,7 @@ bool is_quantized_linear(const std::string& name) {
 
 std::vector<std::string> tiny_llama_linears() {
   std::vector<std::string> out;
-  for (const auto& [name, t] : tiny_llama(at::kFloat)) {
+  for (const auto& [name, t] : test::tiny_llama(at::kFloat, 11)) {
     if (is_quantized_linear(name)) out.push_back(name);
   }
   std::sort(out.begin(), out.end());
@@ -599,8 +558,8 @@ TEST_F(BnbCheckpointInteropTest, ReadsTransformersCheckpoints) {
 // folders; transformers loads each and the script checks the quant_state, the dequantized weights,
 // CB/SCB and the logits against qtrain's values and against bitsandbytes' own quantization.
 TEST_F(BnbCheckpointInteropTest, TransformersLoadsQtrainCheckpoints) {
-  const Tensors fp = tiny_llama(at::kFloat);
-  const nlohmann::json config = tiny_llama_config("float32");
+  const Tensors fp = test::tiny_llama(at::kFloat, 11);
+  const nlohmann::json config = test::tiny_llama_config("float32");
   save_hf_folder(dir_ / "fp", config, fp);
 
   Tensors expected;

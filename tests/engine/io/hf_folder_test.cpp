@@ -17,6 +17,7 @@
 
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
+#include "tests/tiny_llama.h"
 
 namespace qtrain::engine::io {
 namespace {
@@ -57,48 +58,6 @@ Tensors small_tensors() {
   return out;
 }
 
-// The tensors of a tiny LlamaForCausalLM (hidden 64, 2 layers, intermediate 128, vocab 128, 4 heads,
-// 2 kv heads), random bf16, and its config.
-Tensors tiny_llama(at::ScalarType dtype) {
-  at::manual_seed(7);
-  Tensors out;
-  const auto add = [&](const std::string& name, std::vector<int64_t> shape, bool norm) {
-    at::Tensor t = norm ? 1 + 0.1 * at::randn(shape) : 0.05 * at::randn(shape);
-    out.emplace_back(name, t.to(dtype));
-  };
-  add("model.embed_tokens.weight", {128, 64}, false);
-  for (int l = 0; l < 2; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {64}, true);
-    add(p + "self_attn.q_proj.weight", {64, 64}, false);
-    add(p + "self_attn.k_proj.weight", {32, 64}, false);
-    add(p + "self_attn.v_proj.weight", {32, 64}, false);
-    add(p + "self_attn.o_proj.weight", {64, 64}, false);
-    add(p + "post_attention_layernorm.weight", {64}, true);
-    add(p + "mlp.gate_proj.weight", {128, 64}, false);
-    add(p + "mlp.up_proj.weight", {128, 64}, false);
-    add(p + "mlp.down_proj.weight", {64, 128}, false);
-  }
-  add("model.norm.weight", {64}, true);
-  add("lm_head.weight", {128, 64}, false);
-  return out;
-}
-
-nlohmann::json tiny_llama_config(const std::string& dtype) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"hidden_size", 64},
-          {"intermediate_size", 128},
-          {"num_hidden_layers", 2},
-          {"num_attention_heads", 4},
-          {"num_key_value_heads", 2},
-          {"vocab_size", 128},
-          {"max_position_embeddings", 128},
-          {"rms_norm_eps", 1e-6},
-          {"tie_word_embeddings", false},
-          {"dtype", dtype}};
-}
-
 // Each test gets its own directory under the system temp dir, removed afterwards.
 class HfFolderTest : public ::testing::Test {
  protected:
@@ -123,8 +82,8 @@ class HfFolderTest : public ::testing::Test {
 };
 
 TEST_F(HfFolderTest, SingleFileRoundTrip) {
-  const Tensors tensors = tiny_llama(at::kBFloat16);
-  const nlohmann::json config = tiny_llama_config("bfloat16");
+  const Tensors tensors = test::tiny_llama(at::kBFloat16, 7);
+  const nlohmann::json config = test::tiny_llama_config("bfloat16");
   save_hf_folder(dir_ / "m", config, tensors);
   EXPECT_EQ(sorted_files(dir_ / "m"), (std::vector<std::string>{"config.json", "model.safetensors"}));
 
@@ -394,8 +353,8 @@ class HfFolderInteropTest : public HfFolderTest {
 };
 
 TEST_F(HfFolderInteropTest, TransformersReadsQtrainShardsAndQtrainReadsTransformersShards) {
-  const Tensors tensors = tiny_llama(at::kBFloat16);
-  save_hf_folder(dir_ / "qtrain", tiny_llama_config("bfloat16"), tensors, 20'000);
+  const Tensors tensors = test::tiny_llama(at::kBFloat16, 7);
+  save_hf_folder(dir_ / "qtrain", test::tiny_llama_config("bfloat16"), tensors, 20'000);
   ASSERT_TRUE(HfFolder::open(dir_ / "qtrain").sharded());
   safetensors_save(dir_ / "expected.safetensors", tensors);
 
