@@ -1,8 +1,12 @@
 // See reference.h.
 #include "tests/reference.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -23,6 +27,32 @@ const engine::io::SafetensorsFile& bnb_reference() {
   static const engine::io::SafetensorsFile file =
       engine::io::SafetensorsFile::open(fixtures_dir() / "bnb_reference.safetensors");
   return file;
+}
+
+ScriptTensors run_reference_script(const std::string& script, const std::string& mode) {
+  namespace fs = std::filesystem;
+  ScriptTensors r;
+  const char* python = std::getenv("QTRAIN_PYTHON");
+  if (python == nullptr || *python == '\0') {
+    r.skipped = true;
+    return r;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("qtrain_" + mode + "_reference_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / (mode + ".safetensors");
+  const std::string command = "'" + std::string(python) + "' '" +
+                              (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference" / script).string() + "' " + mode +
+                              " --out '" + file.string() + "' > '" + (dir / "log").string() + "' 2>&1";
+  if (std::system(command.c_str()) != 0) {
+    std::stringstream log;
+    log << std::ifstream(dir / "log").rdbuf();
+    r.error = command + "\n" + log.str();
+  } else {
+    // The tensors map the file, which stays readable after the folder is removed.
+    r.tensors = engine::io::safetensors_load(file);
+  }
+  fs::remove_all(dir);
+  return r;
 }
 
 std::filesystem::path model_fixture(const std::string& arch) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +21,15 @@ std::vector<nlohmann::json> reference_cases(const std::string& kind);
 // $QTRAIN_FIXTURES/models/<arch>: base/ (HF folder), adapter/ (PEFT), reference.safetensors,
 // written by scripts/reference/model_reference.py.
 std::filesystem::path model_fixture(const std::string& arch);
+
+// What `$QTRAIN_PYTHON scripts/reference/<script> <mode> --out FILE` wrote: its tensors, or why
+// there are none (QTRAIN_PYTHON unset: skipped; the script failed: the command and its output).
+struct ScriptTensors {
+  bool skipped = false;
+  std::string error;
+  std::map<std::string, at::Tensor> tensors;
+};
+ScriptTensors run_reference_script(const std::string& script, const std::string& mode);
 
 // Same dtype, shape and bytes: the test of byte compatibility. NaNs compare by bit pattern.
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);

@@ -9,10 +9,7 @@
 #include <unistd.h>
 
 #include <bit>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "engine/io/safetensors.h"
 #include "engine/train/clip_grad.h"
@@ -28,40 +25,12 @@ using test::bitwise_equal;
 using test::expect_error;
 
 // The tensors of `optim_reference.py adamw`, made once per process (the script takes seconds).
-struct Reference {
-  bool skipped = false;  // QTRAIN_PYTHON unset
-  std::string error;     // the command and its output when the script failed
-  std::map<std::string, at::Tensor> tensors;
-};
-
-const Reference& adamw_reference() {
-  static const Reference reference = [] {
-    Reference r;
-    const char* python = std::getenv("QTRAIN_PYTHON");
-    if (python == nullptr || *python == '\0') {
-      r.skipped = true;
-      return r;
-    }
-    const fs::path dir = fs::temp_directory_path() / ("qtrain_adamw_reference_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    const fs::path script = fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/optim_reference.py";
-    const std::string command = "'" + std::string(python) + "' '" + script.string() + "' adamw --out '" +
-                                (dir / "adamw.safetensors").string() + "' > '" + (dir / "log").string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      std::stringstream log;
-      log << std::ifstream(dir / "log").rdbuf();
-      r.error = command + "\n" + log.str();
-    } else {
-      // The tensors map the file, which stays readable after the folder is removed.
-      r.tensors = io::safetensors_load(dir / "adamw.safetensors");
-    }
-    fs::remove_all(dir);
-    return r;
-  }();
+const test::ScriptTensors& adamw_reference() {
+  static const test::ScriptTensors reference = test::run_reference_script("optim_reference.py", "adamw");
   return reference;
 }
 
-const at::Tensor& ref_tensor(const Reference& ref, const std::string& name) {
+const at::Tensor& ref_tensor(const test::ScriptTensors& ref, const std::string& name) {
   const auto it = ref.tensors.find(name);
   TORCH_CHECK(it != ref.tensors.end(), "optim_reference.py wrote no tensor '", name, "'");
   return it->second;

@@ -4,56 +4,21 @@
 #include "engine/train/lr_schedule.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <bit>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
-#include "engine/io/safetensors.h"
 #include "tests/expect_error.h"
+#include "tests/reference.h"
 
 namespace qtrain::engine::train {
 namespace {
 
-namespace fs = std::filesystem;
 using test::expect_error;
 
-// The tensors of `optim_reference.py schedules`, made once per process (importing transformers
-// takes seconds).
-struct Reference {
-  bool skipped = false;  // QTRAIN_PYTHON unset
-  std::string error;     // the command and its output when the script failed
-  std::map<std::string, at::Tensor> tensors;
-};
-
-const Reference& schedules_reference() {
-  static const Reference reference = [] {
-    Reference r;
-    const char* python = std::getenv("QTRAIN_PYTHON");
-    if (python == nullptr || *python == '\0') {
-      r.skipped = true;
-      return r;
-    }
-    const fs::path dir = fs::temp_directory_path() / ("qtrain_schedules_reference_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    const fs::path script = fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/optim_reference.py";
-    const std::string command = "'" + std::string(python) + "' '" + script.string() + "' schedules --out '" +
-                                (dir / "schedules.safetensors").string() + "' > '" + (dir / "log").string() + "' 2>&1";
-    if (std::system(command.c_str()) != 0) {
-      std::stringstream log;
-      log << std::ifstream(dir / "log").rdbuf();
-      r.error = command + "\n" + log.str();
-    } else {
-      // The tensors map the file, which stays readable after the folder is removed.
-      r.tensors = io::safetensors_load(dir / "schedules.safetensors");
-    }
-    fs::remove_all(dir);
-    return r;
-  }();
+// The tensors of `optim_reference.py schedules`, made once per process (the script takes seconds).
+const test::ScriptTensors& schedules_reference() {
+  static const test::ScriptTensors reference = test::run_reference_script("optim_reference.py", "schedules");
   return reference;
 }
 
