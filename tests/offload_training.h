@@ -20,8 +20,8 @@ inline engine::model::CausalLM load_llama_with_lora(engine::model::QuantSpec::Ki
   engine::model::QuantSpec q;
   q.kind = kind;
   q.double_quant = true;
-  auto lm =
-      engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"), {q, dtype, device});
+  auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"),
+                                          {q, dtype, device, {}});
   engine::lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;

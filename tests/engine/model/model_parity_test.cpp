@@ -67,7 +67,7 @@ TEST_P(ModelParity, LogitsAndLossMatchTransformers) {
   const auto dir = test::model_fixture(arch);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
   const auto folder = io::HfFolder::open(dir / "base");
-  auto lm = model::CausalLM::load(folder, {spec(quant, false), at::kFloat, at::kCPU});
+  auto lm = model::CausalLM::load(folder, {spec(quant, false), at::kFloat, at::kCPU, {}});
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_eval();
   const auto ids = ref.tensor("ids");
@@ -86,7 +86,7 @@ TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
   const auto& [arch, quant] = GetParam();
   const auto dir = test::model_fixture(arch);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
-  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {spec(quant, true), at::kFloat, at::kCPU});
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {spec(quant, true), at::kFloat, at::kCPU, {}});
   lora::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
   schedule::LayerScheduler scheduler(lm);
   const auto ids = ref.tensor("ids");

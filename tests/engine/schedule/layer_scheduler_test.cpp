@@ -19,7 +19,7 @@ model::CausalLM load(QuantSpec::Kind kind, at::ScalarType dtype, double dropout)
   QuantSpec q;
   q.kind = kind;
   q.double_quant = true;
-  auto lm = model::CausalLM::load(io::HfFolder::open(test::model_fixture("llama") / "base"), {q, dtype, at::kCPU});
+  auto lm = model::CausalLM::load(io::HfFolder::open(test::model_fixture("llama") / "base"), {q, dtype, at::kCPU, {}});
   lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;

@@ -141,7 +141,9 @@ TEST_F(Trainer, OffloadedLayersGiveTheSameLossCurveAndSavedAdapter) {
   std::string line;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) EXPECT_GT(j.at("offload_bytes_per_step").get<int64_t>(), 0) << line;
+    if (j.contains("loss")) {
+      EXPECT_GT(j.at("offload_bytes_per_step").get<int64_t>(), 0) << line;
+    }
   }
   EXPECT_THROW(train(config("auto", {"offload_layers=auto"})), c10::Error);  // auto plans GPU memory
 }
