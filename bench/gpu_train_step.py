@@ -1,7 +1,7 @@
 """QLoRA training throughput and peak GPU memory: qtrain vs transformers + peft + bitsandbytes,
 same model, same data, same settings, in the same run.
 
-    ~/.cache/qtrain/venv/bin/python bench/gpu_train_step.py --build build [--preset llama3-8b]
+    python bench/gpu_train_step.py --build build [--preset llama3-8b]
         [--seq 2048] [--steps 12] [--device cuda]
 
 Model: `qtrain init-model --arch llama --preset llama3-8b --dtype bf16` (Llama-3-8B shapes, random
@@ -9,9 +9,11 @@ weights, made on first use in bench-models/). Both engines: NF4 + double quantiz
 compute, LoRA r=16 alpha=32 dropout 0 on all linear layers, micro-batch 1 of `--seq` tokens,
 gradient checkpointing on (transformers: model.train() first, then
 gradient_checkpointing_enable(use_reentrant=True) and enable_input_require_grads(), the order
-that works), AdamW. tokens/s is the median over the steps after the first 3; peak memory is the
-CUDA caching allocator's peak of allocated bytes over the run (torch.cuda.max_memory_allocated /
-qtrain's peak_memory_bytes), model load included for both. Target (issue 5): qtrain >= 1.5x the
+that works), AdamW, gradients clipped to norm 1 (qtrain's default max_grad_norm). tokens/s is
+the median over the steps after the first 3; peak memory is the CUDA caching allocator's peak of
+allocated bytes over the run (torch.cuda.max_memory_allocated / qtrain's peak_memory_bytes),
+model load included for both. `python` is the venv's here (~/.cache/qtrain/venv/bin/python) and
+python3 on a GPU machine; scripts/gpu_check.sh runs this with Llama-3.2-1B's shapes. Target (issue 5): qtrain >= 1.5x the
 tokens/s at no more peak memory. `--preset tiny --device cpu --steps 3` checks the script itself
 on a machine without a GPU (numbers meaningless there).
 """
@@ -39,7 +41,8 @@ model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="al
 model.train()
 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
 model.enable_input_require_grads()
-opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW(params, lr=1e-4)
 rows = [json.loads(l)["input_ids"] for l in open(data)]
 tps = []
 for step in range(steps):
@@ -48,6 +51,7 @@ for step in range(steps):
     t0 = time.perf_counter()
     loss = model(input_ids=ids, labels=ids).loss
     loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
     opt.step(); opt.zero_grad(set_to_none=True)
     if cuda: torch.cuda.synchronize()
     tps.append(ids.numel() / (time.perf_counter() - t0))

@@ -1,7 +1,7 @@
 """Training with k of the model's layers streamed from pinned host memory: step time against the
 transfer bound and the compute time, for k = 0, 8, 16 and all layers.
 
-    ~/.cache/qtrain/venv/bin/python bench/offload_sweep.py --build build [--preset llama3-8b]
+    python bench/offload_sweep.py --build build [--preset llama3-8b]
         [--seq 2048] [--steps 10] [--depth 1] [--device cuda]
 
 Same model and settings as gpu_train_step.py (QLoRA NF4+DQ r=16 all-linear, seq 2048, bf16,

@@ -10,6 +10,11 @@ SlotRing::SlotRing(const HostStore& store, int64_t num_slots)
   TORCH_CHECK(num_slots >= 1, "a slot ring needs at least one slot, got ", num_slots);
   slots_.resize(num_slots);
   for (auto& s : slots_) s.buffer = engine_.device_buffer(slot_bytes_);
+  // The allocator may hand out memory that kernels already enqueued on the compute stream still
+  // read: it is free in the compute stream's order, not in the copy stream's. The first copy into
+  // each slot therefore waits for the compute enqueued so far, like every later refill.
+  const FencePtr allocated = engine_.compute_fence();
+  for (auto& s : slots_) s.compute_done = allocated;
 }
 
 SlotRing::~SlotRing() {

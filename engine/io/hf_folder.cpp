@@ -80,7 +80,12 @@ std::string no_weights_message(const std::filesystem::path& dir) {
 nlohmann::json read_config_json(const std::filesystem::path& dir) {
   TORCH_CHECK(std::filesystem::is_directory(dir),
               dir.string(),
-              " is not a directory; expected a Hugging Face model folder (config.json + *.safetensors)");
+              " is not a directory; expected a Hugging Face model folder (config.json + *.safetensors). "
+              "qtrain reads local folders: download the model into it (`hf download ORG/NAME --local-dir ",
+              dir.string(),
+              "`), or make one with random weights (`qtrain init-model --arch llama --preset demo --out ",
+              dir.string(),
+              "`, which scripts/demo.sh runs for configs/demo.yaml)");
   const std::filesystem::path config_path = dir / kConfigFile;
   TORCH_CHECK(std::filesystem::exists(config_path),
               config_path.string(),

@@ -41,7 +41,7 @@ ModelConfig base_config(Architecture arch,
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "demo", "small", "llama3-8b"};
+  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
@@ -56,6 +56,16 @@ ModelConfig preset_config(Architecture arch, const std::string& preset) {
   // The demo model: the byte-level vocabulary of data::ByteTokenizer (256 bytes + BOS, EOS, PAD).
   if (preset == "demo") return base_config(arch, 259, 256, 688, 4, 4, 2, 1024);
   if (preset == "small") return base_config(arch, 8192, 512, 1408, 8, 8, 4, 2048);
+  // Llama-3.2-1B's shapes (tied embeddings): the size a one-call GPU check can make and train.
+  if (preset == "llama3.2-1b") {
+    auto c = base_config(arch, 128256, 2048, 8192, 16, 32, 8, 131072);
+    c.tie_word_embeddings = true;
+    if (arch == Architecture::llama) {
+      c.rope_scaling.type = "llama3";
+      c.rope_scaling.factor = 32.0;
+    }
+    return c;
+  }
   if (preset == "llama3-8b") {
     auto c = base_config(arch, 128256, 4096, 14336, 32, 32, 8, 8192);
     if (arch == Architecture::llama) {

@@ -27,8 +27,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-import bitsandbytes as bnb
-import bitsandbytes.functional as F
+from bnb_oracle import bnb, F  # bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects]
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM

@@ -14,8 +14,7 @@ import os
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # the reference needs no compiled kernels
 
 import torch
-import bitsandbytes as bnb
-import bitsandbytes.functional as F
+from bnb_oracle import bnb, F  # bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects]
 from bitsandbytes.autograd._functions import MatMul8bitFp, MatMul8bitLt, MatmulLtState
 from safetensors.torch import save_file
 

@@ -12,6 +12,7 @@ import sys
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import torch
+import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 

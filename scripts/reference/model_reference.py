@@ -21,6 +21,7 @@ import os
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import torch
+import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig

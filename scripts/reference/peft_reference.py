@@ -32,6 +32,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 warnings.filterwarnings("ignore")
 
 import torch
+from bnb_oracle import bnb  # bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects]
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -101,7 +102,6 @@ def check_qtrain_adapter(base_path, adapter_dir, expected_file):
 def bnb_qlora_forward(q_proj, x_bf16):
     """PEFT's QLoRA path: peft.tuners.lora.bnb.Linear4bit over a bitsandbytes NF4 copy of the base
     weight, with the same lora_A/lora_B. Returns (base output, adapted output)."""
-    import bitsandbytes as bnb
     from peft.tuners.lora.bnb import Linear4bit as LoraLinear4bit
 
     w = q_proj.base_layer.weight.detach()

@@ -13,6 +13,7 @@ import sys
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import torch
+import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
 from peft import PeftModel
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, get_cosine_schedule_with_warmup
 

@@ -83,6 +83,7 @@ TEST(SlotRing, RefillsASlotOnlyAfterTheComputeThatReadItFinished) {
   auto engine = std::make_shared<SimulatedCopyEngine>(SimulatedCopyOptions{0us, /*manual_compute_fences=*/true});
   const auto store = store_of(engine, 2);
   SlotRing ring(store, 1);
+  engine->finish_compute();  // the compute enqueued before the ring was made
   const auto lease0 = ring.acquire(ring.prefetch(0));
   ring.release(lease0);  // the "GPU" is still reading layer 0
   const auto before = lease0.tensors[1].clone();
@@ -95,6 +96,20 @@ TEST(SlotRing, RefillsASlotOnlyAfterTheComputeThatReadItFinished) {
   EXPECT_EQ(engine->copies_done(), 2);
   expect_layer(lease1.tensors, 1);
   ring.release(lease1);
+}
+
+TEST(SlotRing, FirstCopyIntoANewSlotWaitsForTheComputeEnqueuedBeforeIt) {
+  auto engine = std::make_shared<SimulatedCopyEngine>(SimulatedCopyOptions{0us, /*manual_compute_fences=*/true});
+  const auto store = store_of(engine, 1);
+  SlotRing ring(store, 1);  // its buffer may be memory that compute still reads
+  const auto ticket = ring.prefetch(0);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(engine->copies_done(), 0) << "the first copy into a new slot did not wait for the compute before it";
+  engine->finish_compute();
+  const auto lease = ring.acquire(ticket);
+  EXPECT_EQ(engine->copies_done(), 1);
+  expect_layer(lease.tensors, 0);
+  ring.release(lease);
 }
 
 TEST(SlotRing, AStaleTicketIsRefusedNeverRead) {

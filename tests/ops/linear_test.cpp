@@ -76,6 +76,9 @@ TEST(LinearInt8, Llmint8ModeMatchesBitsandbytesMatMul8bitLt) {
     y.backward(ref().tensor(p + "gy"));
     // Same int8 codes on both sides; bitsandbytes' default backend rescales with 6.200124e-05, a
     // typo of 1/127^2 = 6.2000124e-05 (1.8e-5 relative), and rounds through float16 on the way.
+    // The int8 product is exact on every CPU (K <= 256 here, and the oracle computes it exactly:
+    // see Note [bitsandbytes' CPU defects] in scripts/reference/bnb_oracle.py), so these bounds
+    // hold with or without AVX-512.
     EXPECT_LT(max_rel_diff(y.detach(), ref().tensor(p + "int8lt.y")), x.scalar_type() == at::kFloat ? 1e-3 : 1e-2)
         << c.dump();
     EXPECT_LT(max_rel_diff(x.grad(), ref().tensor(p + "int8lt.gx")), tolerance(x.scalar_type())) << c.dump();

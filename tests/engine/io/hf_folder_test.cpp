@@ -220,6 +220,7 @@ TEST_F(HfFolderTest, SaveRejectsBadArguments) {
 
 TEST_F(HfFolderTest, RejectsMissingDirectory) {
   expect_error([&] { HfFolder::open(dir_ / "nope"); }, "nope is not a directory");
+  expect_error([&] { HfFolder::open(dir_ / "nope"); }, "qtrain init-model --arch llama --preset demo --out");
 }
 
 TEST_F(HfFolderTest, RejectsMissingConfig) {
