@@ -11,7 +11,7 @@
 //   W.quant_state.bitsandbytes__nf4 | __fp4  uint8 [len]         json.dumps of the other fields
 // 8-bit (Linear8bitLt), per module M: M.weight int8 [out, in] (CB), M.SCB float32 [out] (row
 // absmax), M.weight_format uint8 scalar 0 ("row").
-// The layout is in shared/reference/bitsandbytes-format.md §3 and §4.3.
+// This is what bitsandbytes' Params4bit/Int8Params state dicts hold (docs/FORMATS.md).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -1,6 +1,6 @@
 // Hugging Face model folders; see hf_folder.h. The index format and the shard naming follow
 // huggingface_hub (`split_torch_state_dict_into_shards`, `save_torch_state_dict`) and
-// transformers' save_pretrained (shared/reference/libtorch-notes.md §6).
+// transformers' save_pretrained.
 #include "engine/io/hf_folder.h"
 #include "engine/io/durable_file.h"
 

@@ -1,6 +1,5 @@
 // PEFT adapter folders; see peft_adapter.h. Field list and defaults: peft 0.21's LoraConfig
-// (peft/tuners/lora/config.py) and PeftModel.save_pretrained, summarised in
-// shared/reference/peft-and-axolotl.md §§1-3.
+// (peft/tuners/lora/config.py) and PeftModel.save_pretrained.
 #include "engine/io/peft_adapter.h"
 #include "engine/io/durable_file.h"
 

@@ -1,6 +1,5 @@
 // Safetensors reader and writer; see safetensors.h. The format and the checks follow
-// huggingface/safetensors `safetensors/src/tensor.rs` (summarised in
-// shared/reference/libtorch-notes.md §6).
+// huggingface/safetensors `safetensors/src/tensor.rs`.
 #include "engine/io/safetensors.h"
 
 #include <ATen/ATen.h>

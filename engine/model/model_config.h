@@ -1,7 +1,7 @@
 // A decoder model's shape and conventions, read from a Hugging Face config.json. Normalises the
 // differences between transformers v4 and v5 files (rope_theta/rope_scaling vs rope_parameters,
 // missing head_dim or num_key_value_heads) and between families (Mistral's window, Qwen3's q/k
-// norms). See shared/reference/hf-architectures.md §1.
+// norms), as transformers' configuration classes read them.
 #pragma once
 
 #include <optional>

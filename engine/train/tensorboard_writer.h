@@ -4,7 +4,7 @@
 // framing (length, masked CRC-32C, data, masked CRC-32C) around a protobuf Event that carries one
 // Summary.Value{tag, simple_value}. Encoding those few fields by hand keeps a protobuf runtime out
 // of the build. The bytes are what protobuf's serializer produces for the same message (the tests
-// pin them); see shared/reference/libtorch-notes.md §7 for the format.
+// pin them); the record format is TensorFlow's TFRecord (tensorflow/core/lib/io/record_writer.cc).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // Rotary position embeddings in Hugging Face's convention: "rotate_half" over the two halves of
-// the head dimension (GPT-NeoX style), not interleaved pairs. See shared/reference/
-// hf-architectures.md §2.1.
+// the head dimension (GPT-NeoX style), not interleaved pairs: transformers'
+// `apply_rotary_pos_emb` in modeling_llama.py.
 #pragma once
 
 #include <optional>

@@ -1,7 +1,7 @@
 // The code tables of bitsandbytes' k-bit formats: the 4-bit NF4/FP4 dequantization tables and
 // the 8-bit signed dynamic map used for double quantization of absmax. The values are the
-// canonical float32 literals of bitsandbytes (shared/reference/bitsandbytes-format.md §1.1,
-// §2.3), not regenerated: regeneration differs by an ulp across torch versions.
+// canonical float32 literals of bitsandbytes (functional.py's get_4bit_type and
+// create_dynamic_map), not regenerated: regeneration differs by an ulp across torch versions.
 #pragma once
 
 #include <array>

@@ -1,5 +1,5 @@
 // The code tables against the ones bitsandbytes stores in its quant states, and the float32
-// bit patterns listed in shared/reference/bitsandbytes-format.md.
+// float32 bit patterns of bitsandbytes' literals.
 #include "ops/quant/codebook.h"
 
 #include <bit>
