@@ -48,7 +48,8 @@ stage() {
     return 124
   fi
   echo "[gpu-check] $name (at most ${limit}s)"
-  timeout --kill-after=10 "$limit" "$@" >"$out/logs/$name.log" 2>&1
+  # A fresh bash runs the command, so that it can be one of the functions below (exported).
+  timeout --kill-after=10 "$limit" bash -c '"$@"' stage "$@" >"$out/logs/$name.log" 2>&1
   rc=$?
   local verdict="ok"
   [ $rc -eq 124 ] || [ $rc -eq 137 ] && verdict="timed out after ${limit}s"
@@ -79,8 +80,12 @@ unpack_kit() {
 }
 
 environment() {
-  nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader 2>&1 || true
-  "$python" - <<'PY'
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,compute_cap,memory.total,driver_version --format=csv,noheader
+  else
+    echo "nvidia-smi: not found"
+  fi
+  "$python" - 2>/dev/null <<'PY'
 import importlib, platform, torch
 print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
       f"cuda available: {torch.cuda.is_available()}")
@@ -90,7 +95,8 @@ for name in ["bitsandbytes", "transformers", "peft", "accelerate", "safetensors"
     except Exception as e:  # reported, not fatal: the stages that need it fail with their own log
         print(f"{name}: not importable ({type(e).__name__}: {e})")
 PY
-  for tool in g++ cmake ninja nvcc; do echo "$tool: $($tool --version 2>&1 | head -1)"; done
+  for tool in g++ cmake ninja; do echo "$tool: $($tool --version 2>&1 | head -1)"; done
+  echo "nvcc: $("$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version 2>&1 | grep -i release || echo 'not found')"
   echo "cores: $(nproc), memory: $(free -g | awk '/Mem:/ {print $2}') GiB, disk free: $(df -h "$root" | awk 'NR==2 {print $4}')"
 }
 
@@ -139,6 +145,8 @@ note "| stage | result | seconds |"
 note "|---|---|---|"
 
 export PYTHONPATH="$kit/python${PYTHONPATH:+:$PYTHONPATH}"
+export root kit python build prefix archs
+export -f unpack_kit configure missing_libraries gpu_tests sanitizer
 jobs="$(nproc)"
 stage unpack-kit 60 unpack_kit &&
   stage configure 120 configure &&
