@@ -7,11 +7,11 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/config/model_setup.h"
 #include "engine/data/pretokenized.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "engine/train/model_setup.h"
 
 namespace qtrain::apps {
 namespace {
@@ -43,7 +43,7 @@ std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& 
 void run(const Options& o) {
   using namespace engine;
   const auto c = config::load_run_config(o.config, o.sets);
-  const auto options = config::load_options(c);
+  const auto options = train::load_options(c);
   std::fprintf(stderr, "eval: loading %s on %s\n", c.base_model.c_str(), options.device.str().c_str());
   auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);
   const std::filesystem::path adapter = o.adapter.empty() ? c.lora_model_dir : std::filesystem::path(o.adapter);

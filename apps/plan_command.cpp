@@ -7,9 +7,9 @@
 #include <c10/util/Exception.h>
 
 #include "engine/config/byte_size.h"
-#include "engine/config/model_setup.h"
-#include "engine/config/run_plan.h"
 #include "engine/train/memory_stats.h"
+#include "engine/train/model_setup.h"
+#include "engine/train/run_plan.h"
 
 namespace qtrain::apps {
 namespace {
@@ -40,7 +40,7 @@ Budget budget_of(const Options& o, const engine::config::RunConfig& c) {
   TORCH_CHECK(at::hasCUDA(),
               "no GPU here to plan for: give the budget with --gpu-memory 24GiB, or set gpu_memory_limit: 24GiB "
               "in the config");
-  const at::Device device = c.device == "cpu" ? at::Device(at::kCUDA, 0) : engine::config::resolve_device(c.device);
+  const at::Device device = c.device == "cpu" ? at::Device(at::kCUDA, 0) : engine::train::resolve_device(c.device);
   return {engine::train::device_memory_bytes(device), "the memory of " + device.str()};
 }
 
@@ -61,9 +61,9 @@ void run(const Options& o, int& exit_code) {
     TORCH_CHECK(v, "--h2d-bandwidth '", o.h2d_bandwidth, "': expected a bandwidth such as 25GB/s or 25 (GB/s)");
     h2d = *v;
   }
-  const auto model = config::read_model_config(c.base_model);
+  const auto model = train::read_model_config(c.base_model);
   const Budget budget = budget_of(o, c);
-  const auto shape = config::memory_shape(c);
+  const auto shape = train::memory_shape(c);
   std::printf("model: %s: %s, %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
               c.base_model.c_str(),
               model::architecture_name(model.arch).c_str(),
@@ -81,7 +81,7 @@ void run(const Options& o, int& exit_code) {
       static_cast<long long>(c.sequence_len),
       static_cast<long long>(c.gradient_accumulation_steps));
   std::printf("budget: %s (%s)\n\n", offload::format_bytes(budget.bytes).c_str(), budget.source.c_str());
-  const auto plan = config::plan_run(c, model, budget.bytes, h2d);
+  const auto plan = train::plan_run(c, model, budget.bytes, h2d);
   std::printf("%s", offload::format_plan(plan).c_str());
   if (!plan.fits) exit_code = 1;
 }

@@ -6,9 +6,9 @@
 
 #include <ATen/ATen.h>
 
-#include "engine/config/model_setup.h"
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
+#include "engine/train/model_setup.h"
 
 namespace qtrain::apps {
 namespace {
@@ -27,7 +27,7 @@ void run(const Options& o) {
               ": quantize needs load_in_4bit: true or load_in_8bit: true in the config (or --set load_in_4bit=true)");
   c.device = "cpu";  // the file is written from host memory; quantization is the same bytes on any device
   const auto folder = io::HfFolder::open(c.base_model);
-  const auto options = config::load_options(c);
+  const auto options = train::load_options(c);
   std::fprintf(stderr,
                "quantize: %s -> %s (%s)\n",
                c.base_model.c_str(),

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/byte_size.h"
-#include "engine/config/run_plan.h"
 #include "engine/train/memory_stats.h"
+#include "engine/train/run_plan.h"
 #include "offload/copy_bandwidth.h"
 #include "offload/simulated_copy_engine.h"
 
@@ -23,7 +23,7 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
               device,
               "; give a number of layers (on the CPU they pass through the simulated copy engine, "
               "which tests the machinery and saves no memory), or set offload_layers: 0");
-  const auto model = config::read_model_config(c.base_model);
+  const auto model = read_model_config(c.base_model);
   if (!device.is_cuda()) {
     // No device memory to plan: the layers are spread as the planner would spread them.
     TORCH_CHECK(c.offload_layers <= model.num_layers,
@@ -55,8 +55,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
     p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*p.copy_engine, int64_t{256} << 20);
     std::printf("offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
   }
-  auto plan = config::plan_run(
-      c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond);
+  auto plan =
+      plan_run(c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond);
   TORCH_CHECK(plan.fits,
               "the run does not fit ",
               config::format_byte_size(budget),

@@ -1,5 +1,5 @@
 // How a training run uses its device's memory, decided before the model is loaded: the memory
-// plan (from config.json alone, engine/config/run_plan.h), the limit put on the CUDA allocator
+// plan (from config.json alone, engine/train/run_plan.h), the limit put on the CUDA allocator
 // (gpu_memory_limit), which layers are offloaded, and, once the model is loaded, the residency
 // that streams them. A plan that does not fit stops the run here, with the table, instead of an
 // out-of-memory error deep in a step; an out-of-memory error that happens anyway is reported

@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>
 
-#include "engine/config/model_setup.h"
 #include "engine/data/dataset.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
@@ -20,6 +19,7 @@
 #include "engine/train/lr_schedule.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/metrics_log.h"
+#include "engine/train/model_setup.h"
 #include "engine/train/run_state.h"
 
 namespace qtrain::engine::train {
@@ -98,7 +98,7 @@ TrainResult train(const config::RunConfig& c) {
   at::manual_seed(c.seed);
 
   // Memory plan (before any weight is loaded), model and adapters.
-  auto options = config::load_options(c);
+  auto options = load_options(c);
   const DevicePlan device_plan = plan_device(c, options.device);
   options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
@@ -111,7 +111,7 @@ TrainResult train(const config::RunConfig& c) {
                                                                    : c.bnb_4bit_quant_type.c_str());
   std::fflush(stdout);
   auto lm = model::CausalLM::load(folder, options);
-  auto lora = config::lora_config(c);
+  auto lora = lora_config(c);
   if (!c.lora_model_dir.empty()) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
     lora = loaded.config;

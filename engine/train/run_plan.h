@@ -11,21 +11,21 @@
 #include "engine/schedule/memory_estimate.h"
 #include "offload/planner.h"
 
-namespace qtrain::engine::config {
+namespace qtrain::engine::train {
 
 // base_model/config.json, read and checked; the weight files are not opened.
 model::ModelConfig read_model_config(const std::filesystem::path& base_model);
 
 // What the run's settings mean for its memory on a CUDA device (bf16: auto is bf16 there).
-schedule::MemoryShape memory_shape(const RunConfig& config);
+schedule::MemoryShape memory_shape(const config::RunConfig& config);
 
 // The plan for `budget_bytes` of device memory: offload_layers as the config says (auto: as few
 // as fit), offload_prefetch_depth, and host-to-device copies at `h2d_bytes_per_s`. When it does
 // not fit, its advice ends with the config changes that would make it fit, each checked by
 // planning again.
-offload::MemoryPlan plan_run(const RunConfig& config,
+offload::MemoryPlan plan_run(const config::RunConfig& config,
                              const model::ModelConfig& model,
                              int64_t budget_bytes,
                              double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond);
 
-}  // namespace qtrain::engine::config
+}  // namespace qtrain::engine::train

@@ -1,10 +1,10 @@
 // See model_setup.h.
-#include "engine/config/model_setup.h"
+#include "engine/train/model_setup.h"
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
-namespace qtrain::engine::config {
+namespace qtrain::engine::train {
 
 at::Device resolve_device(const std::string& device) {
   if (device == "auto") return at::hasCUDA() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
@@ -18,14 +18,14 @@ at::Device resolve_device(const std::string& device) {
   return d;
 }
 
-at::ScalarType compute_dtype(const RunConfig& config, const at::Device& device) {
+at::ScalarType compute_dtype(const config::RunConfig& config, const at::Device& device) {
   if (config.fp16) return at::kHalf;
-  if (config.bf16 == Bf16::on) return at::kBFloat16;
-  if (config.bf16 == Bf16::automatic && device.is_cuda()) return at::kBFloat16;
+  if (config.bf16 == config::Bf16::on) return at::kBFloat16;
+  if (config.bf16 == config::Bf16::automatic && device.is_cuda()) return at::kBFloat16;
   return at::kFloat;
 }
 
-model::QuantSpec quant_spec(const RunConfig& config) {
+model::QuantSpec quant_spec(const config::RunConfig& config) {
   model::QuantSpec q;
   if (config.load_in_4bit) {
     q.kind = config.bnb_4bit_quant_type == "fp4" ? model::QuantSpec::Kind::fp4 : model::QuantSpec::Kind::nf4;
@@ -39,7 +39,7 @@ model::QuantSpec quant_spec(const RunConfig& config) {
   return q;
 }
 
-model::LoadOptions load_options(const RunConfig& config) {
+model::LoadOptions load_options(const config::RunConfig& config) {
   model::LoadOptions o;
   o.device = resolve_device(config.device);
   o.dtype = compute_dtype(config, o.device);
@@ -47,7 +47,7 @@ model::LoadOptions load_options(const RunConfig& config) {
   return o;
 }
 
-lora::LoraConfig lora_config(const RunConfig& config) {
+lora::LoraConfig lora_config(const config::RunConfig& config) {
   lora::LoraConfig c;
   c.r = config.lora_r;
   c.alpha = config.lora_alpha;
@@ -58,16 +58,16 @@ lora::LoraConfig lora_config(const RunConfig& config) {
   return c;
 }
 
-schedule::CheckpointPolicy checkpoint_policy(const RunConfig& config) {
+schedule::CheckpointPolicy checkpoint_policy(const config::RunConfig& config) {
   switch (config.gradient_checkpointing) {
-    case GradientCheckpointing::off:
+    case config::GradientCheckpointing::off:
       return schedule::CheckpointPolicy::none;
-    case GradientCheckpointing::every_kth:
+    case config::GradientCheckpointing::every_kth:
       return schedule::CheckpointPolicy::every_kth;
-    case GradientCheckpointing::every_layer:
+    case config::GradientCheckpointing::every_layer:
       break;
   }
   return schedule::CheckpointPolicy::every_layer;
 }
 
-}  // namespace qtrain::engine::config
+}  // namespace qtrain::engine::train

@@ -1,20 +1,20 @@
 // See run_plan.h. The advice of a plan that does not fit is found by planning again: each
 // candidate change of the config (with offload_layers: auto) is kept when its plan fits.
-#include "engine/config/run_plan.h"
+#include "engine/train/run_plan.h"
 
 #include <string>
 #include <vector>
 
-#include "engine/config/model_setup.h"
 #include "engine/io/hf_folder.h"
+#include "engine/train/model_setup.h"
 
-namespace qtrain::engine::config {
+namespace qtrain::engine::train {
 namespace {
 
 // Below this, halving sequence_len stops being advice anyone can take.
 constexpr int64_t kShortestSequenceAdvised = 128;
 
-offload::MemoryPlan plan_once(const RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+offload::MemoryPlan plan_once(const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
   offload::PlanRequest request;
   request.budget_bytes = budget;
   if (!c.offload_layers_auto) request.offload_layers = c.offload_layers;
@@ -25,7 +25,7 @@ offload::MemoryPlan plan_once(const RunConfig& c, const model::ModelConfig& m, i
 
 struct Change {
   std::string what;
-  RunConfig config;
+  config::RunConfig config;
 };
 
 std::string outcome(const offload::MemoryPlan& p) {
@@ -34,30 +34,30 @@ std::string outcome(const offload::MemoryPlan& p) {
 }
 
 // The config changes that would make the plan fit, one per line; `c` does not fit.
-std::string changes_that_fit(const RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
-  RunConfig automatic = c;
+std::string changes_that_fit(const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+  config::RunConfig automatic = c;
   automatic.offload_layers_auto = true;
   automatic.offload_layers = 0;
-  const auto plan_of = [&](const RunConfig& d) { return plan_once(d, m, budget, h2d); };
+  const auto plan_of = [&](const config::RunConfig& d) { return plan_once(d, m, budget, h2d); };
 
   std::vector<Change> candidates;
   if (!c.offload_layers_auto) candidates.push_back({"offload_layers: auto", automatic});
-  RunConfig all = automatic;  // every change at once, for when no single one is enough
-  if (c.gradient_checkpointing != GradientCheckpointing::every_layer) {
-    RunConfig d = automatic;
-    d.gradient_checkpointing = all.gradient_checkpointing = GradientCheckpointing::every_layer;
+  config::RunConfig all = automatic;  // every change at once, for when no single one is enough
+  if (c.gradient_checkpointing != config::GradientCheckpointing::every_layer) {
+    config::RunConfig d = automatic;
+    d.gradient_checkpointing = all.gradient_checkpointing = config::GradientCheckpointing::every_layer;
     d.gradient_checkpointing_every_k = all.gradient_checkpointing_every_k = 1;
     candidates.push_back({"gradient_checkpointing: true", d});
   }
   if (!c.load_in_4bit) {
-    RunConfig d = automatic;
+    config::RunConfig d = automatic;
     d.load_in_4bit = all.load_in_4bit = true;
     d.load_in_8bit = all.load_in_8bit = false;
     d.adapter = all.adapter = "qlora";
     candidates.push_back({"load_in_4bit: true, adapter: qlora (a 4-bit base)", d});
   }
   for (int64_t mbs = c.micro_batch_size / 2; mbs >= 1; mbs /= 2) {
-    RunConfig d = automatic;
+    config::RunConfig d = automatic;
     d.micro_batch_size = mbs;
     d.gradient_accumulation_steps = (c.gradient_accumulation_steps * c.micro_batch_size + mbs - 1) / mbs;
     all.micro_batch_size = mbs;
@@ -69,7 +69,7 @@ std::string changes_that_fit(const RunConfig& c, const model::ModelConfig& m, in
     }
   }
   for (int64_t len = c.sequence_len / 2; len >= kShortestSequenceAdvised; len /= 2) {
-    RunConfig d = automatic;
+    config::RunConfig d = automatic;
     d.sequence_len = all.sequence_len = len;
     if (plan_of(d).fits || len / 2 < kShortestSequenceAdvised) {
       candidates.push_back({"sequence_len: " + std::to_string(len) + " (longer samples are cut)", d});
@@ -101,7 +101,7 @@ model::ModelConfig read_model_config(const std::filesystem::path& base_model) {
   return model::ModelConfig::from_json(io::read_config_json(base_model), (base_model / "config.json").string());
 }
 
-schedule::MemoryShape memory_shape(const RunConfig& c) {
+schedule::MemoryShape memory_shape(const config::RunConfig& c) {
   schedule::MemoryShape s;
   s.quant = quant_spec(c);
   s.lora = lora_config(c);
@@ -118,7 +118,7 @@ schedule::MemoryShape memory_shape(const RunConfig& c) {
   return s;
 }
 
-offload::MemoryPlan plan_run(const RunConfig& config,
+offload::MemoryPlan plan_run(const config::RunConfig& config,
                              const model::ModelConfig& model,
                              int64_t budget_bytes,
                              double h2d_bytes_per_s) {
@@ -127,4 +127,4 @@ offload::MemoryPlan plan_run(const RunConfig& config,
   return plan;
 }
 
-}  // namespace qtrain::engine::config
+}  // namespace qtrain::engine::train

@@ -10,16 +10,16 @@
 #include "engine/model/causal_lm.h"
 #include "engine/schedule/execution_plan.h"
 
-namespace qtrain::engine::config {
+namespace qtrain::engine::train {
 
 // "auto": CUDA when a device is present, else the CPU; "cpu", "cuda", "cuda:N".
 at::Device resolve_device(const std::string& device);
 // bf16 / fp16 / float32 from the config; bf16 "auto" means bf16 on CUDA, float32 on the CPU.
-at::ScalarType compute_dtype(const RunConfig& config, const at::Device& device);
-model::QuantSpec quant_spec(const RunConfig& config);
-model::LoadOptions load_options(const RunConfig& config);
-lora::LoraConfig lora_config(const RunConfig& config);
+at::ScalarType compute_dtype(const config::RunConfig& config, const at::Device& device);
+model::QuantSpec quant_spec(const config::RunConfig& config);
+model::LoadOptions load_options(const config::RunConfig& config);
+lora::LoraConfig lora_config(const config::RunConfig& config);
 // gradient_checkpointing as the scheduler's policy (its k is gradient_checkpointing_every_k).
-schedule::CheckpointPolicy checkpoint_policy(const RunConfig& config);
+schedule::CheckpointPolicy checkpoint_policy(const config::RunConfig& config);
 
-}  // namespace qtrain::engine::config
+}  // namespace qtrain::engine::train
