@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/command_config.h"
 #include "engine/data/pretokenized.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
@@ -42,7 +43,7 @@ std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& 
 
 void run(const Options& o) {
   using namespace engine;
-  const auto c = config::load_run_config(o.config, o.sets);
+  const auto c = load_command_config(o.config, o.sets);
   const auto options = train::load_options(c);
   std::fprintf(stderr, "eval: loading %s on %s\n", c.base_model.c_str(), options.device.str().c_str());
   auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "apps/command_config.h"
 #include "engine/config/run_config.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
@@ -24,7 +25,7 @@ struct Options {
 
 void run(const Options& o) {
   using namespace engine;
-  const auto c = config::load_run_config(o.config, o.sets);
+  const auto c = load_command_config(o.config, o.sets);
   const auto out_dtype = o.dtype == "fp32" ? at::kFloat : at::kBFloat16;
   const auto folder = io::HfFolder::open(c.base_model);
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32.

@@ -6,6 +6,7 @@
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
+#include "apps/command_config.h"
 #include "engine/config/byte_size.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/model_setup.h"
@@ -54,7 +55,7 @@ std::string quantization(const engine::config::RunConfig& c) {
 
 void run(const Options& o, int& exit_code) {
   using namespace engine;
-  const auto c = config::load_run_config(o.config, o.sets);
+  const auto c = load_command_config(o.config, o.sets);
   double h2d = offload::kDefaultH2dBytesPerSecond;
   if (!o.h2d_bandwidth.empty()) {
     const auto v = config::parse_bandwidth(o.h2d_bandwidth);

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "apps/command_config.h"
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
 #include "engine/train/model_setup.h"
@@ -21,7 +22,7 @@ struct Options {
 
 void run(const Options& o) {
   using namespace engine;
-  auto c = config::load_run_config(o.config, o.sets);
+  auto c = load_command_config(o.config, o.sets);
   TORCH_CHECK(c.load_in_4bit || c.load_in_8bit,
               o.config,
               ": quantize needs load_in_4bit: true or load_in_8bit: true in the config (or --set load_in_4bit=true)");

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "apps/command_config.h"
 #include "engine/train/trainer.h"
 
 namespace qtrain::apps {
@@ -19,7 +20,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o, &exit_code] {
-    const auto config = engine::config::load_run_config(o->config, o->sets);
+    const auto config = load_command_config(o->config, o->sets);
     const auto r = engine::train::train(config);
     std::printf("done: %lld steps (%lld skipped), last loss %.4f, output in %s\n",
                 static_cast<long long>(r.steps),

@@ -21,173 +21,14 @@
 #include <utility>
 
 #include "engine/config/byte_size.h"
+#include "engine/config/config_keys.h"
 
 namespace qtrain::engine::config {
 namespace {
 
 namespace fs = std::filesystem;
 
-// --- the key lists ---------------------------------------------------------------------------
-
-// The keys of RunConfig, in the order of the header, the docs and to_yaml.
-const std::vector<std::string> kKeys = {
-    "base_model",
-    "load_in_4bit",
-    "load_in_8bit",
-    "bnb_4bit_quant_type",
-    "bnb_4bit_use_double_quant",
-    "bnb_4bit_blocksize",
-    "llm_int8_threshold",
-    "int8_compute",
-    "adapter",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "lora_target_modules",
-    "lora_target_linear",
-    "peft_use_rslora",
-    "lora_model_dir",
-    "datasets",
-    "sequence_len",
-    "sample_packing",
-    "train_on_inputs",
-    "val_set_size",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "num_epochs",
-    "max_steps",
-    "learning_rate",
-    "lr_scheduler",
-    "warmup_steps",
-    "warmup_ratio",
-    "optimizer",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_epsilon",
-    "weight_decay",
-    "max_grad_norm",
-    "gradient_checkpointing",
-    "gradient_checkpointing_every_k",
-    "bf16",
-    "fp16",
-    "device",
-    "offload_layers",
-    "offload_prefetch_depth",
-    "gpu_memory_limit",
-    "output_dir",
-    "save_steps",
-    "save_total_limit",
-    "logging_steps",
-    "eval_steps",
-    "seed",
-    "resume_from_checkpoint",
-    "use_tensorboard",
-};
-
-// axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
-// were written at the top level.
-constexpr const char* kBnbKwargs = "bnb_config_kwargs";
-const std::vector<std::string> kBnbKwargsKeys = {
-    "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
-
-const std::vector<std::string> kDatasetKeys = {"path", "type", "field"};
-
-struct Unsupported {
-  const char* key;
-  const char* fix;
-};
-
-// Note [Recognised axolotl keys]
-// axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
-// such a value is accepted: it asks for nothing. Any other value asks for a feature qtrain does
-// not have, and is refused by name instead of being dropped, since dropping it would train
-// something other than what the config says.
-const std::vector<Unsupported> kUnsupported = {
-    {"deepspeed", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
-    {"fsdp", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
-    {"fsdp_config", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
-    {"flash_attention", "qtrain chooses its attention kernel itself; remove the key"},
-    {"sdp_attention", "qtrain chooses its attention kernel itself; remove the key"},
-    {"xformers_attention", "qtrain chooses its attention kernel itself; remove the key"},
-    {"s2_attention", "shifted-sparse attention is not implemented; remove the key"},
-    {"attn_implementation", "qtrain chooses its attention kernel itself; remove the key"},
-    {"model_type", "qtrain reads the architecture from base_model's config.json; remove the key"},
-    {"tokenizer_type", "qtrain reads the tokenizer from base_model's folder; remove the key"},
-    {"trust_remote_code", "qtrain runs no model code from the model folder; remove the key"},
-    {"gptq", "GPTQ bases are not supported; use a float base with load_in_4bit or load_in_8bit"},
-    {"quantize_moe_experts", "quantizing fused MoE experts is not supported; remove the key"},
-    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"special_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
-    {"tokens", "adding tokens (resizing the embeddings) is not supported; remove the key"},
-    {"eot_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
-    {"lora_modules_to_save", "only LoRA adapters are trained; modules cannot be trained in full"},
-    {"lora_fan_in_fan_out", "no supported model stores its weights transposed; remove the key"},
-    {"lora_target_parameters", "LoRA on raw parameters is not supported; target modules with lora_target_modules"},
-    {"lora_mlp_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
-    {"lora_qkv_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
-    {"lora_o_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
-    {"relora_steps", "ReLoRA is not supported; remove the key"},
-    {"loraplus_lr_ratio", "LoRA+ is not supported (A and B share learning_rate); remove the key"},
-    {"peft_use_dora", "DoRA is not supported; use plain LoRA (optionally peft_use_rslora: true)"},
-    {"unfrozen_parameters", "only LoRA adapters are trained, the base stays frozen; remove the key"},
-    {"gradient_checkpointing_kwargs", "qtrain's checkpointing has no such options; remove the key"},
-    {"activation_offloading", "activation offloading is not supported; remove the key"},
-    {"layer_offloading",
-     "qtrain streams layers from host RAM with its own keys: offload_layers: auto (see `qtrain plan`); remove the key"},
-    {"tf32", "remove the key"},
-    {"torch_compile", "qtrain is compiled C++, there is nothing to torch.compile; remove the key"},
-    {"dataset_prepared_path", "qtrain keeps no cache of tokenized data; remove the key"},
-    {"eval_sample_packing", "qtrain has no separate packing setting for evaluation; remove the key"},
-    {"pad_to_sequence_len", "padding every sample to sequence_len is not supported; remove the key"},
-    {"group_by_length", "grouping samples by length is not supported; remove the key"},
-    {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
-    {"saves_per_epoch", "use save_steps"},
-    {"evals_per_epoch", "use eval_steps"},
-    {"save_strategy", "use save_steps"},
-    {"save_safetensors", "qtrain always writes safetensors; remove the key"},
-    {"auto_resume_from_checkpoints", "use resume_from_checkpoint: true"},
-    {"early_stopping_patience", "early stopping is not supported; remove the key"},
-    {"wandb_project", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"wandb_entity", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"wandb_name", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"wandb_watch", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"wandb_log_model", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"wandb_run_id", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"use_mlflow", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
-    {"hub_model_id", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
-    {"hub_strategy", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
-    {"push_to_hub", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
-    {"push_dataset_to_hub", "qtrain does not upload; remove the key"},
-    {"rl", "only supervised fine-tuning is supported (no DPO, ORPO, KTO, GRPO); remove the key"},
-    {"dpo_beta", "only supervised fine-tuning is supported (no DPO, ORPO, KTO, GRPO); remove the key"},
-    {"plugins", "axolotl plugins do not apply to qtrain; remove the key"},
-    {"local_rank", "ranks come from the launcher, not from the config; remove the key"},
-    {"debug", "remove the key"},
-    {"strict", "remove the key"},
-};
-
-// Keys of a `datasets` entry that axolotl has and qtrain refuses; see Note [Recognised axolotl keys].
-const std::vector<Unsupported> kUnsupportedDatasetKeys = {
-    {"split", "qtrain reads the whole local file; remove the key"},
-    {"name", "qtrain reads local files, not Hub dataset configurations; remove the key"},
-    {"data_files", "give the file itself as path"},
-    {"ds_type", "qtrain reads local files; remove the key"},
-    {"shards", "qtrain reads the whole local file; remove the key"},
-    {"field_messages", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"message_property_mappings", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"roles_to_train", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"train_on_eos", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-};
-
-const Unsupported* find_unsupported(const std::vector<Unsupported>& table, const std::string& key) {
-  for (const Unsupported& u : table) {
-    if (key == u.key) {
-      return &u;
-    }
-  }
-  return nullptr;
-}
+namespace fs = std::filesystem;
 
 // --- places and messages ---------------------------------------------------------------------
 
@@ -429,22 +270,27 @@ class EntrySet {
   // Classifies one top-level pair (see Note [Recognised axolotl keys]).
   void add_top_level(Entry entry) {
     const std::string key = entry.key;  // a copy: `entry` is moved below
-    if (std::find(kKeys.begin(), kKeys.end(), key) != kKeys.end()) {
+    const auto& keys = run_config_keys();
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
       add(key, std::move(entry));
     } else if (key == kBnbKwargs) {
       add_bnb_kwargs(entry);
-    } else if (const Unsupported* u = find_unsupported(kUnsupported, key)) {
+    } else if (const RefusedKey* u = find_refused(refused_keys(), key)) {
       if (!is_off(entry.value)) {
         fail(entry.key_place(), key, "axolotl key '" + key + "' is not supported by qtrain; " + u->fix);
       }
+    } else if (const IgnoredKey* k = find_ignored(key)) {
+      if (!is_off(entry.value)) ignored_.push_back(key + " (" + k->why + ")");
     } else {
-      std::vector<std::string> candidates = kKeys;
+      std::vector<std::string> candidates = keys;
       candidates.push_back(kBnbKwargs);
       fail(entry.key_place(), key, unknown_key_message(key, candidates));
     }
   }
 
   std::map<std::string, Entry>& entries() { return entries_; }
+  // The performance switches seen, as "key (why)"; see Note [Performance hints].
+  const std::vector<std::string>& ignored() const { return ignored_; }
 
  private:
   void add_bnb_kwargs(const Entry& entry) {
@@ -457,20 +303,21 @@ class EntrySet {
     }
     for (Entry inner : map_entries(entry.value, entry.origin, std::string(kBnbKwargs) + ".")) {
       const std::string name = inner.key.substr(std::string(kBnbKwargs).size() + 1);
-      if (std::find(kBnbKwargsKeys.begin(), kBnbKwargsKeys.end(), name) != kBnbKwargsKeys.end()) {
+      if (std::find(bnb_kwargs_keys().begin(), bnb_kwargs_keys().end(), name) != bnb_kwargs_keys().end()) {
         add(name, std::move(inner));
       } else if (name == "llm_int8_has_fp16_weight" && is_off(inner.value)) {
         // bitsandbytes' default, and what qtrain does: the float weights are not kept.
       } else {
         fail(inner.key_place(),
              inner.key,
-             "qtrain reads only " + join(kBnbKwargsKeys, ", ") + " from " + kBnbKwargs +
+             "qtrain reads only " + join(bnb_kwargs_keys(), ", ") + " from " + kBnbKwargs +
                  "; remove the key (the compute dtype follows bf16/fp16)");
       }
     }
   }
 
   std::map<std::string, Entry> entries_;
+  std::vector<std::string> ignored_;
 };
 
 // "key=value" from the command line, its value parsed as YAML.
@@ -527,15 +374,62 @@ YAML::Node load_document(const std::string& text, const std::string& source) {
   return root;
 }
 
+// --- collecting problems ---------------------------------------------------------------------
+
+// Note [Every problem at once]
+// A config with three mistakes should take one edit, not three runs. Each key is read on its own:
+// a read that fails throws as before, the throw is caught where that key is read, recorded, and
+// reading goes on with the key's default. A check of a combination is skipped when one of its
+// keys already failed, so a typo does not also report the contradictions of the default that
+// stood in for it. One problem is thrown as it is; several are thrown together, as found: keys
+// that are unknown or refused, then values in the order of the keys, then combinations.
+class Problems {
+ public:
+  // Runs `check`; a c10::Error it throws is recorded against keys[0]. Skipped when one of `keys`
+  // has already failed.
+  template <class F>
+  void guard(const std::vector<std::string>& keys, F&& check) {
+    for (const std::string& key : keys) {
+      if (failed_.contains(key)) return;
+    }
+    try {
+      check();
+    } catch (const c10::Error& e) {
+      failed_.insert(keys.front());
+      messages_.push_back(e.msg());
+    }
+  }
+
+  void throw_if_any(const std::string& source) const {
+    if (messages_.size() == 1) TORCH_CHECK(false, messages_.front());
+    TORCH_CHECK(messages_.empty(),
+                source,
+                ": ",
+                messages_.size(),
+                " problems in the run config; fix them all before the run:\n  ",
+                join(messages_, "\n  "));
+  }
+
+ private:
+  std::set<std::string> failed_;
+  std::vector<std::string> messages_;
+};
+
 // --- reading values --------------------------------------------------------------------------
 
 // Reads the collected entries by key, with their types and ranges. Absent and null values give
-// the default. Every entry must be read exactly once (an internal check), so a key in kKeys that
+// the default. Every entry must be read exactly once (an internal check), so a known key that
 // nothing reads cannot be dropped silently.
 class Reader {
  public:
-  Reader(std::map<std::string, Entry>& entries, std::string source, fs::path base_dir)
-      : entries_(entries), source_(std::move(source)), base_dir_(std::move(base_dir)) {}
+  Reader(std::map<std::string, Entry>& entries, std::string source, fs::path base_dir, Problems& problems)
+      : entries_(entries), source_(std::move(source)), base_dir_(std::move(base_dir)), problems_(problems) {}
+
+  // See Note [Every problem at once]: `check` reads or checks `keys`; a problem is recorded.
+  template <class F>
+  void guard(const std::vector<std::string>& keys, F&& check) {
+    problems_.guard(keys, std::forward<F>(check));
+  }
 
   // The entry of `key` when it is present with a non-null value.
   const Entry* find(const std::string& key) {
@@ -560,27 +454,30 @@ class Reader {
     }
   }
 
+  // The typed reads below give `fallback` for an absent key, and also for a value that fails
+  // (the problem is recorded; see Note [Every problem at once]).
   bool boolean(const std::string& key, bool fallback) {
     const Entry* e = find(key);
-    return e ? boolean_of(*e) : fallback;
+    return e ? guarded(key, fallback, [&] { return boolean_of(*e); }) : fallback;
   }
 
   int64_t integer(const std::string& key, int64_t fallback, Range range, const std::string& fix) {
     const Entry* e = find(key);
-    return e ? integer_of(*e, range, fix) : fallback;
+    return e ? guarded(key, fallback, [&] { return integer_of(*e, range, fix); }) : fallback;
   }
 
   double number(const std::string& key, double fallback, Range range, const std::string& fix) {
     const Entry* e = find(key);
-    if (!e) {
-      return fallback;
-    }
-    const std::optional<double> v = e->value.IsScalar() ? parse_double(e->value.Scalar()) : std::nullopt;
+    return e ? guarded(key, fallback, [&] { return number_of(*e, range, fix); }) : fallback;
+  }
+
+  double number_of(const Entry& e, Range range, const std::string& fix) const {
+    const std::optional<double> v = e.value.IsScalar() ? parse_double(e.value.Scalar()) : std::nullopt;
     if (!v) {
-      e->fail_value("expected a number, got " + shown(e->value) + "; " + fix);
+      e.fail_value("expected a number, got " + shown(e.value) + "; " + fix);
     }
     if (!range.contains(*v)) {
-      e->fail_value(range.problem(e->value.Scalar()) + "; " + fix);
+      e.fail_value(range.problem(e.value.Scalar()) + "; " + fix);
     }
     return *v;
   }
@@ -592,29 +489,49 @@ class Reader {
                      const std::string& fix = "",
                      const std::map<std::string, std::string>& aliases = {}) {
     const Entry* e = find(key);
-    return e ? choice_of(*e, allowed, fix, aliases) : fallback;
+    return e ? guarded(key, fallback, [&] { return choice_of(*e, allowed, fix, aliases); }) : fallback;
   }
 
   // A path, resolved against the config's directory; "" or absent gives `fallback` (resolved too).
   fs::path path(const std::string& key, const fs::path& fallback) {
     const Entry* e = find(key);
-    return resolve(e ? path_of(*e) : fallback);
+    return resolve(e ? guarded(key, fallback, [&] { return path_of(*e); }) : fallback);
   }
 
   std::vector<std::string> module_names(const std::string& key) {
     const Entry* e = find(key);
+    return e ? guarded(key, std::vector<std::string>{}, [&] { return module_names_of(*e); })
+             : std::vector<std::string>{};
+  }
+
+  std::vector<DatasetConfig> datasets(const std::string& key) {
+    const Entry* e = find(key);
     if (!e) {
       return {};
     }
-    if (!e->value.IsSequence()) {
-      e->fail_value("expected a list of module names, got " + shown(e->value) +
-                    "; write e.g. [q_proj, v_proj] (regular expressions are not supported)");
+    guard({key}, [&] {
+      if (!e->value.IsSequence()) {
+        e->fail_value("expected a list of datasets, got " + shown(e->value) +
+                      "; write e.g. datasets: [{path: data.jsonl, type: completion}]");
+      }
+    });
+    std::vector<DatasetConfig> out;
+    for (size_t i = 0; e->value.IsSequence() && i < e->value.size(); ++i) {
+      guard({key + "[" + std::to_string(i) + "]"}, [&] { out.push_back(dataset(*e, i)); });
+    }
+    return out;
+  }
+
+  std::vector<std::string> module_names_of(const Entry& e) const {
+    if (!e.value.IsSequence()) {
+      e.fail_value("expected a list of module names, got " + shown(e.value) +
+                   "; write e.g. [q_proj, v_proj] (regular expressions are not supported)");
     }
     std::vector<std::string> out;
-    for (size_t i = 0; i < e->value.size(); ++i) {
-      const YAML::Node item = e->value[i];
-      const std::string item_key = key + "[" + std::to_string(i) + "]";
-      const std::string place = e->origin.at(item.Mark());
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const YAML::Node item = e.value[i];
+      const std::string item_key = e.key + "[" + std::to_string(i) + "]";
+      const std::string place = e.origin.at(item.Mark());
       if (!item.IsScalar() || item.Scalar().empty()) {
         fail(place, item_key, "expected a module name, got " + shown(item) + "; write e.g. q_proj");
       }
@@ -630,22 +547,6 @@ class Reader {
                  "self_attn.q_proj (regular expressions are not supported)");
       }
       out.push_back(name);
-    }
-    return out;
-  }
-
-  std::vector<DatasetConfig> datasets(const std::string& key) {
-    const Entry* e = find(key);
-    if (!e) {
-      return {};
-    }
-    if (!e->value.IsSequence()) {
-      e->fail_value("expected a list of datasets, got " + shown(e->value) +
-                    "; write e.g. datasets: [{path: data.jsonl, type: completion}]");
-    }
-    std::vector<DatasetConfig> out;
-    for (size_t i = 0; i < e->value.size(); ++i) {
-      out.push_back(dataset(*e, i));
     }
     return out;
   }
@@ -709,7 +610,14 @@ class Reader {
   }
 
  private:
-  DatasetConfig dataset(const Entry& list, size_t index) {
+  template <class T, class F>
+  T guarded(const std::string& key, T fallback, F&& read) {
+    T value = std::move(fallback);
+    guard({key}, [&] { value = read(); });
+    return value;
+  }
+
+  DatasetConfig dataset(const Entry& list, size_t index) const {
     const YAML::Node item = list.value[index];
     const std::string prefix = list.key + "[" + std::to_string(index) + "]";
     if (!item.IsMap()) {
@@ -720,14 +628,14 @@ class Reader {
     std::map<std::string, Entry> fields;
     for (Entry field : map_entries(item, list.origin, prefix + ".")) {
       const std::string name = field.key.substr(prefix.size() + 1);
-      if (std::find(kDatasetKeys.begin(), kDatasetKeys.end(), name) != kDatasetKeys.end()) {
+      if (std::find(dataset_keys().begin(), dataset_keys().end(), name) != dataset_keys().end()) {
         fields.emplace(name, std::move(field));
-      } else if (const Unsupported* u = find_unsupported(kUnsupportedDatasetKeys, name)) {
+      } else if (const RefusedKey* u = find_refused(refused_dataset_keys(), name)) {
         if (!is_off(field.value)) {
           fail(field.key_place(), field.key, "axolotl key '" + name + "' is not supported by qtrain; " + u->fix);
         }
       } else {
-        fail(field.key_place(), field.key, unknown_key_message(name, kDatasetKeys));
+        fail(field.key_place(), field.key, unknown_key_message(name, dataset_keys()));
       }
     }
     const auto value_of = [&](const std::string& name) -> const Entry* {
@@ -769,6 +677,7 @@ class Reader {
   std::set<std::string> read_;
   std::string source_;
   fs::path base_dir_;
+  Problems& problems_;
 };
 
 // --- the keys --------------------------------------------------------------------------------
@@ -776,9 +685,11 @@ class Reader {
 RunConfig read_config(Reader& r) {
   RunConfig c;
   c.base_model = r.path("base_model", "");
-  TORCH_CHECK(!c.base_model.empty(),
-              r.place_of("base_model"),
-              ": base_model: missing; set it to a local Hugging Face model folder, e.g. base_model: ./models/llama");
+  r.guard({"base_model"}, [&] {
+    TORCH_CHECK(!c.base_model.empty(),
+                r.place_of("base_model"),
+                ": base_model: missing; set it to a local Hugging Face model folder, e.g. base_model: ./models/llama");
+  });
 
   c.load_in_4bit = r.boolean("load_in_4bit", c.load_in_4bit);
   c.load_in_8bit = r.boolean("load_in_8bit", c.load_in_8bit);
@@ -788,11 +699,14 @@ RunConfig read_config(Reader& r) {
                                    c.bnb_4bit_blocksize,
                                    Range{.lo = 32, .hi = 4096},
                                    "use a power of 2 from 32 to 4096 (64 is bitsandbytes' default)");
-  if (const int64_t b = c.bnb_4bit_blocksize; (b & (b - 1)) != 0) {
-    r.find("bnb_4bit_blocksize")
-        ->fail_value(std::to_string(b) +
-                     " is not a power of 2; use 32, 64, 128, ..., 4096 (64 is bitsandbytes' default)");
-  }
+  r.guard({"bnb_4bit_blocksize"}, [&] {
+    if (const int64_t b = c.bnb_4bit_blocksize; (b & (b - 1)) != 0) {
+      c.bnb_4bit_blocksize = 64;
+      r.find("bnb_4bit_blocksize")
+          ->fail_value(std::to_string(b) +
+                       " is not a power of 2; use 32, 64, 128, ..., 4096 (64 is bitsandbytes' default)");
+    }
+  });
   c.llm_int8_threshold =
       r.number("llm_int8_threshold",
                c.llm_int8_threshold,
@@ -802,11 +716,13 @@ RunConfig read_config(Reader& r) {
 
   // axolotl's `adapter:` left blank means a full fine-tune, which qtrain does not do; that must
   // not turn into LoRA silently.
-  if (const Entry* e = r.find_written("adapter"); e && e->value.IsNull()) {
-    fail(e->key_place(),
-         "adapter",
-         "blank (axolotl's full fine-tune); qtrain trains LoRA adapters only, set adapter: lora or adapter: qlora");
-  }
+  r.guard({"adapter"}, [&] {
+    if (const Entry* e = r.find_written("adapter"); e && e->value.IsNull()) {
+      fail(e->key_place(),
+           "adapter",
+           "blank (axolotl's full fine-tune); qtrain trains LoRA adapters only, set adapter: lora or adapter: qlora");
+    }
+  });
   c.adapter = r.choice("adapter", c.load_in_4bit ? "qlora" : "lora", {"lora", "qlora"});
   c.lora_r = r.integer("lora_r", c.lora_r, at_least(1), "use a rank of 1 or more, typically 8 to 64");
   c.lora_alpha = r.number("lora_alpha", c.lora_alpha, above(0), "use a positive number, commonly lora_r or 2 * lora_r");
@@ -821,14 +737,16 @@ RunConfig read_config(Reader& r) {
   c.sequence_len = r.integer("sequence_len", c.sequence_len, at_least(1), "use the tokens per sample, e.g. 2048");
   c.sample_packing = r.boolean("sample_packing", c.sample_packing);
   c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
-  if (const Entry* e = r.find("val_set_size")) {
-    const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
-    const double v = r.number("val_set_size", 0.0, at_least(0), fix);
-    if (v >= 1 && std::floor(v) != v) {
-      e->fail_value(e->value.Scalar() + " is neither a fraction in [0, 1) nor a whole number of rows >= 1; " + fix);
+  r.guard({"val_set_size"}, [&] {
+    if (const Entry* e = r.find("val_set_size")) {
+      const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
+      const double v = r.number_of(*e, at_least(0), fix);
+      if (v >= 1 && std::floor(v) != v) {
+        e->fail_value(e->value.Scalar() + " is neither a fraction in [0, 1) nor a whole number of rows >= 1; " + fix);
+      }
+      c.val_set_size = v;
     }
-    c.val_set_size = v;
-  }
+  });
 
   c.micro_batch_size =
       r.integer("micro_batch_size", c.micro_batch_size, at_least(1), "use the samples per forward pass, 1 or more");
@@ -838,20 +756,34 @@ RunConfig read_config(Reader& r) {
                                             "use the micro-batches per optimizer step, 1 or more");
   c.num_epochs = r.integer("num_epochs", c.num_epochs, at_least(1), "use 1 or more passes over the data");
   c.max_steps = r.integer("max_steps", c.max_steps, at_least(-1), "use -1 (run num_epochs) or a step count >= 1");
-  if (c.max_steps == 0) {
-    r.find("max_steps")->fail_value("0 is neither -1 (run num_epochs) nor a step count; use -1 or a count >= 1");
-  }
+  r.guard({"max_steps"}, [&] {
+    if (c.max_steps == 0) {
+      c.max_steps = -1;
+      r.find("max_steps")->fail_value("0 is neither -1 (run num_epochs) nor a step count; use -1 or a count >= 1");
+    }
+  });
   c.learning_rate = r.number("learning_rate", c.learning_rate, above(0), "use a positive rate, e.g. 2e-4 for LoRA");
   c.lr_scheduler = r.choice("lr_scheduler", c.lr_scheduler, {"constant", "linear", "cosine"});
   c.warmup_steps = r.integer("warmup_steps", c.warmup_steps, at_least(0), "use 0 (no warmup) or a step count");
   c.warmup_ratio = r.number(
       "warmup_ratio", c.warmup_ratio, unit_interval_open(), "use a fraction of the run such as 0.03, or 0 for none");
-  c.optimizer = r.choice("optimizer",
-                         c.optimizer,
-                         {"adamw_torch"},
-                         "use adamw_torch: LoRA's optimizer state is small, so the paged, fused and 8-bit "
-                         "variants buy nothing here",
-                         {{"adamw", "adamw_torch"}});
+  c.optimizer =
+      r.choice("optimizer",
+               c.optimizer,
+               {"adamw_torch"},
+               "use adamw_torch: the 8-bit variants keep the optimizer state in 8 bits, which changes "
+               "the updates, and LoRA's optimizer state is small enough to keep in 32 bits",
+               {{"adamw", "adamw_torch"}, {"adamw_torch_fused", "adamw_torch"}, {"paged_adamw_32bit", "adamw_torch"}});
+  // The same AdamW, with another way to hold its state in memory: see Note [Performance hints].
+  if (const Entry* e = r.find("optimizer"); e && e->value.IsScalar()) {
+    if (e->value.Scalar() == "adamw_torch_fused") {
+      c.ignored_keys.push_back("optimizer: adamw_torch_fused (the same AdamW; fusing is a kernel choice)");
+    } else if (e->value.Scalar() == "paged_adamw_32bit") {
+      c.ignored_keys.push_back(
+          "optimizer: paged_adamw_32bit (the same AdamW; paging moves its state to host memory under pressure, "
+          "and LoRA's state is small)");
+    }
+  }
   c.adam_beta1 = r.number("adam_beta1", c.adam_beta1, unit_interval_open(), "use a value in [0, 1), e.g. 0.9");
   c.adam_beta2 = r.number("adam_beta2", c.adam_beta2, unit_interval_open(), "use a value in [0, 1), e.g. 0.999");
   c.adam_epsilon = r.number("adam_epsilon", c.adam_epsilon, above(0), "use a small positive number, e.g. 1e-8");
@@ -859,138 +791,183 @@ RunConfig read_config(Reader& r) {
   c.max_grad_norm =
       r.number("max_grad_norm", c.max_grad_norm, at_least(0), "use 0 (no clipping) or a positive norm, e.g. 1.0");
 
-  if (const Entry* e = r.find("gradient_checkpointing")) {
-    const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
-    if (on) {
-      c.gradient_checkpointing = *on ? GradientCheckpointing::every_layer : GradientCheckpointing::off;
-    } else if (e->value.IsScalar() && e->value.Scalar() == "every_kth") {
-      c.gradient_checkpointing = GradientCheckpointing::every_kth;
-    } else {
-      e->fail_value("expected true, false or every_kth, got " + shown(e->value) +
-                    " (activation offloading is not supported)");
+  r.guard({"gradient_checkpointing"}, [&] {
+    if (const Entry* e = r.find("gradient_checkpointing")) {
+      const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+      if (on) {
+        c.gradient_checkpointing = *on ? GradientCheckpointing::every_layer : GradientCheckpointing::off;
+      } else if (e->value.IsScalar() && e->value.Scalar() == "every_kth") {
+        c.gradient_checkpointing = GradientCheckpointing::every_kth;
+      } else {
+        e->fail_value("expected true, false or every_kth, got " + shown(e->value) +
+                      " (activation offloading is not supported)");
+      }
     }
-  }
+  });
+
   c.gradient_checkpointing_every_k = r.integer(
       "gradient_checkpointing_every_k", c.gradient_checkpointing_every_k, at_least(1), "use 1 (every layer) or more");
-  if (const Entry* e = r.find_written("gradient_checkpointing_every_k");
-      e && c.gradient_checkpointing_every_k != 1 && c.gradient_checkpointing != GradientCheckpointing::every_kth) {
-    fail(e->key_place(),
-         e->key,
-         std::to_string(c.gradient_checkpointing_every_k) +
-             " has no effect unless gradient_checkpointing: every_kth; set that, or remove this key");
-  }
-  if (const Entry* e = r.find("bf16")) {
-    const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
-    if (on) {
-      c.bf16 = *on ? Bf16::on : Bf16::off;
-    } else if (e->value.IsScalar() && e->value.Scalar() == "auto") {
-      c.bf16 = Bf16::automatic;
-    } else {
-      e->fail_value("expected true, false or auto, got " + shown(e->value));
+  r.guard({"gradient_checkpointing_every_k", "gradient_checkpointing"}, [&] {
+    if (const Entry* e = r.find_written("gradient_checkpointing_every_k");
+        e && c.gradient_checkpointing_every_k != 1 && c.gradient_checkpointing != GradientCheckpointing::every_kth) {
+      fail(e->key_place(),
+           e->key,
+           std::to_string(c.gradient_checkpointing_every_k) +
+               " has no effect unless gradient_checkpointing: every_kth; set that, or remove this key");
     }
-  }
+  });
+  r.guard({"bf16"}, [&] {
+    if (const Entry* e = r.find("bf16")) {
+      const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+      if (on) {
+        c.bf16 = *on ? Bf16::on : Bf16::off;
+      } else if (e->value.IsScalar() && e->value.Scalar() == "auto") {
+        c.bf16 = Bf16::automatic;
+      } else {
+        e->fail_value("expected true, false or auto, got " + shown(e->value));
+      }
+    }
+  });
+
   c.fp16 = r.boolean("fp16", c.fp16);
-  if (const Entry* e = r.find("device")) {
-    const std::string v = e->value.IsScalar() ? e->value.Scalar() : "";
-    const bool indexed = v.starts_with("cuda:") && v.size() > 5 && parse_int(v.substr(5)).value_or(-1) >= 0 &&
-                         std::isdigit(static_cast<unsigned char>(v[5]));
-    if (v != "auto" && v != "cpu" && v != "cuda" && !indexed) {
-      e->fail_value("expected auto, cpu, cuda or cuda:N, got " + shown(e->value) + "; e.g. device: cuda:0");
+  r.guard({"device"}, [&] {
+    if (const Entry* e = r.find("device")) {
+      const std::string v = e->value.IsScalar() ? e->value.Scalar() : "";
+      const bool indexed = v.starts_with("cuda:") && v.size() > 5 && parse_int(v.substr(5)).value_or(-1) >= 0 &&
+                           std::isdigit(static_cast<unsigned char>(v[5]));
+      if (v != "auto" && v != "cpu" && v != "cuda" && !indexed) {
+        e->fail_value("expected auto, cpu, cuda or cuda:N, got " + shown(e->value) + "; e.g. device: cuda:0");
+      }
+      c.device = v;
     }
-    c.device = v;
-  }
-  if (const Entry* e = r.find("offload_layers")) {
-    if (e->value.IsScalar() && e->value.Scalar() == "auto") {
-      c.offload_layers_auto = true;
-    } else {
-      c.offload_layers = r.integer_of(
-          *e, at_least(0), "use auto (as few layers as fit gpu_memory_limit) or a number of layers, 0 for none");
+  });
+
+  r.guard({"offload_layers"}, [&] {
+    if (const Entry* e = r.find("offload_layers")) {
+      if (e->value.IsScalar() && e->value.Scalar() == "auto") {
+        c.offload_layers_auto = true;
+      } else {
+        c.offload_layers = r.integer_of(
+            *e, at_least(0), "use auto (as few layers as fit gpu_memory_limit) or a number of layers, 0 for none");
+      }
     }
-  }
+  });
+
   c.offload_prefetch_depth = r.integer("offload_prefetch_depth",
                                        c.offload_prefetch_depth,
                                        at_least(1),
                                        "use 1 (copy the next offloaded layer while one computes) or more");
-  if (const Entry* e = r.find_written("offload_prefetch_depth");
-      e && c.offload_prefetch_depth != 1 && !c.offload_layers_auto && c.offload_layers == 0) {
-    fail(e->key_place(),
-         e->key,
-         std::to_string(c.offload_prefetch_depth) +
-             " has no effect without offloaded layers; set offload_layers (auto or a number), or remove this key");
-  }
-  if (const Entry* e = r.find("gpu_memory_limit")) {
-    const std::optional<int64_t> v = e->value.IsScalar() ? parse_byte_size(e->value.Scalar()) : std::nullopt;
-    if (!v) {
-      e->fail_value("expected a size such as 20GiB, 24GB or 20 (GiB), got " + shown(e->value) +
-                    "; 0 or blank: the whole device");
+  r.guard({"offload_prefetch_depth", "offload_layers"}, [&] {
+    if (const Entry* e = r.find_written("offload_prefetch_depth");
+        e && c.offload_prefetch_depth != 1 && !c.offload_layers_auto && c.offload_layers == 0) {
+      fail(e->key_place(),
+           e->key,
+           std::to_string(c.offload_prefetch_depth) +
+               " has no effect without offloaded layers; set offload_layers (auto or a number), or remove this key");
     }
-    c.gpu_memory_limit = *v;
-  }
+  });
+  r.guard({"gpu_memory_limit"}, [&] {
+    if (const Entry* e = r.find("gpu_memory_limit")) {
+      const std::optional<int64_t> v = e->value.IsScalar() ? parse_byte_size(e->value.Scalar()) : std::nullopt;
+      if (!v) {
+        e->fail_value("expected a size such as 20GiB, 24GB or 20 (GiB), got " + shown(e->value) +
+                      "; 0 or blank: the whole device");
+      }
+      c.gpu_memory_limit = *v;
+    }
+  });
 
   c.output_dir = r.path("output_dir", c.output_dir);
-  if (c.output_dir.empty()) {
-    r.find_written("output_dir")->fail_value("empty; set a folder for checkpoints and the adapter, e.g. ./outputs");
-  }
+  r.guard({"output_dir"}, [&] {
+    if (c.output_dir.empty()) {
+      c.output_dir = "./outputs";
+      r.find_written("output_dir")->fail_value("empty; set a folder for checkpoints and the adapter, e.g. ./outputs");
+    }
+  });
   c.save_steps = r.integer("save_steps", c.save_steps, at_least(0), "use 0 (save at the end only) or a step interval");
   c.save_total_limit =
       r.integer("save_total_limit", c.save_total_limit, at_least(0), "use 0 (keep all) or the checkpoints to keep");
   c.logging_steps = r.integer("logging_steps", c.logging_steps, at_least(1), "use a step interval of 1 or more");
   c.eval_steps = r.integer("eval_steps", c.eval_steps, at_least(0), "use 0 (never) or a step interval");
   c.seed = r.integer("seed", c.seed, at_least(0), "use a non-negative integer");
-  if (const Entry* e = r.find("resume_from_checkpoint")) {
-    const std::optional<bool> latest = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
-    if (latest) {
-      c.resume_from_latest_checkpoint = *latest;
-    } else {
-      c.resume_from_checkpoint = r.resolve(r.path_of(*e));
+  r.guard({"resume_from_checkpoint"}, [&] {
+    if (const Entry* e = r.find("resume_from_checkpoint")) {
+      const std::optional<bool> latest = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+      if (latest) {
+        c.resume_from_latest_checkpoint = *latest;
+      } else {
+        c.resume_from_checkpoint = r.resolve(r.path_of(*e));
+      }
     }
-  }
+  });
+
   c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
   r.check_all_read();
 
   // --- combinations ---
-  if (c.load_in_4bit && c.load_in_8bit) {
-    fail(r.place_of("load_in_8bit"),
-         "load_in_8bit",
-         "load_in_4bit (" + r.place_of("load_in_4bit") +
-             ") and load_in_8bit are both true; choose one quantization of the base (4-bit for QLoRA)");
-  }
-  if (c.adapter == "qlora" && !c.load_in_4bit) {
-    fail(r.place_of("adapter"),
-         "adapter",
-         "qlora needs load_in_4bit: true (it is false); set load_in_4bit: true, or use adapter: lora");
-  }
-  if (c.adapter == "lora" && c.load_in_4bit) {
-    fail(r.place_of("adapter"),
-         "adapter",
-         "lora with load_in_4bit: true is QLoRA; write adapter: qlora, or remove load_in_4bit");
-  }
-  if (c.lora_target_modules.empty() && !c.lora_target_linear) {
-    const std::string key = r.find_written("lora_target_modules")  ? "lora_target_modules"
-                            : r.find_written("lora_target_linear") ? "lora_target_linear"
-                                                                   : "lora_target_modules";
-    fail(r.place_of(key),
-         key,
-         "no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj]) "
-         "or target every linear layer (lora_target_linear: true)");
-  }
-  if (c.warmup_steps > 0 && c.warmup_ratio > 0) {
-    fail(r.place_of("warmup_ratio"),
-         "warmup_ratio",
-         "warmup_steps (" + std::to_string(c.warmup_steps) + ", at " + r.place_of("warmup_steps") +
-             ") and warmup_ratio are both set; keep one");
-  }
-  if (c.fp16 && c.bf16 != Bf16::off) {
-    fail(r.place_of("fp16"),
-         "fp16",
-         "fp16 and bf16 (" + r.place_of("bf16") + ") are both on; choose one (bf16: false to train in fp16)");
-  }
-  if (c.eval_steps > 0 && c.val_set_size == 0) {
-    fail(r.place_of("eval_steps"),
-         "eval_steps",
-         "evaluating every " + std::to_string(c.eval_steps) +
-             " steps needs held-out rows, but val_set_size is 0; set val_set_size (e.g. 0.05) or eval_steps: 0");
-  }
+  r.guard({"load_in_8bit", "load_in_4bit"}, [&] {
+    if (c.load_in_4bit && c.load_in_8bit) {
+      fail(r.place_of("load_in_8bit"),
+           "load_in_8bit",
+           "load_in_4bit (" + r.place_of("load_in_4bit") +
+               ") and load_in_8bit are both true; choose one quantization of the base (4-bit for QLoRA)");
+    }
+  });
+
+  r.guard({"adapter", "load_in_4bit"}, [&] {
+    if (c.adapter == "qlora" && !c.load_in_4bit) {
+      fail(r.place_of("adapter"),
+           "adapter",
+           "qlora needs load_in_4bit: true (it is false); set load_in_4bit: true, or use adapter: lora");
+    }
+  });
+
+  r.guard({"adapter", "load_in_4bit"}, [&] {
+    if (c.adapter == "lora" && c.load_in_4bit) {
+      fail(r.place_of("adapter"),
+           "adapter",
+           "lora with load_in_4bit: true is QLoRA; write adapter: qlora, or remove load_in_4bit");
+    }
+  });
+
+  r.guard({"lora_target_modules", "lora_target_linear"}, [&] {
+    if (c.lora_target_modules.empty() && !c.lora_target_linear) {
+      const std::string key = r.find_written("lora_target_modules")  ? "lora_target_modules"
+                              : r.find_written("lora_target_linear") ? "lora_target_linear"
+                                                                     : "lora_target_modules";
+      fail(r.place_of(key),
+           key,
+           "no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj]) "
+           "or target every linear layer (lora_target_linear: true)");
+    }
+  });
+
+  r.guard({"warmup_ratio", "warmup_steps"}, [&] {
+    if (c.warmup_steps > 0 && c.warmup_ratio > 0) {
+      fail(r.place_of("warmup_ratio"),
+           "warmup_ratio",
+           "warmup_steps (" + std::to_string(c.warmup_steps) + ", at " + r.place_of("warmup_steps") +
+               ") and warmup_ratio are both set; keep one");
+    }
+  });
+
+  r.guard({"fp16", "bf16"}, [&] {
+    if (c.fp16 && c.bf16 != Bf16::off) {
+      fail(r.place_of("fp16"),
+           "fp16",
+           "fp16 and bf16 (" + r.place_of("bf16") + ") are both on; choose one (bf16: false to train in fp16)");
+    }
+  });
+
+  r.guard({"eval_steps", "val_set_size"}, [&] {
+    if (c.eval_steps > 0 && c.val_set_size == 0) {
+      fail(r.place_of("eval_steps"),
+           "eval_steps",
+           "evaluating every " + std::to_string(c.eval_steps) +
+               " steps needs held-out rows, but val_set_size is 0; set val_set_size (e.g. 0.05) or eval_steps: 0");
+    }
+  });
+
   return c;
 }
 
@@ -1026,35 +1003,24 @@ std::string boolean_text(bool v) {
 
 }  // namespace
 
-const std::vector<std::string>& run_config_keys() {
-  return kKeys;
-}
-
-const std::vector<std::string>& unsupported_axolotl_keys() {
-  static const std::vector<std::string> keys = [] {
-    std::vector<std::string> out;
-    for (const Unsupported& u : kUnsupported) {
-      out.push_back(u.key);
-    }
-    return out;
-  }();
-  return keys;
-}
-
 RunConfig parse_run_config(const std::string& yaml_text,
                            const std::string& source_name,
                            const std::filesystem::path& base_dir,
                            const std::vector<std::string>& overrides) {
   const YAML::Node root = load_document(yaml_text, source_name);
+  Problems problems;
   EntrySet entries;
   for (Entry& e : map_entries(root, Origin::file(source_name), "")) {
-    entries.add_top_level(std::move(e));
+    problems.guard({e.key}, [&] { entries.add_top_level(std::move(e)); });
   }
   for (const std::string& argument : overrides) {
-    entries.add_top_level(parse_override(argument));
+    problems.guard({argument}, [&] { entries.add_top_level(parse_override(argument)); });
   }
-  Reader reader(entries.entries(), source_name, base_dir);
-  return read_config(reader);
+  Reader reader(entries.entries(), source_name, base_dir, problems);
+  RunConfig c = read_config(reader);
+  problems.throw_if_any(source_name);
+  c.ignored_keys.insert(c.ignored_keys.begin(), entries.ignored().begin(), entries.ignored().end());
+  return c;
 }
 
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
@@ -1067,6 +1033,11 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   std::ostringstream text;
   text << in.rdbuf();
   return parse_run_config(text.str(), file.string(), fs::absolute(file).parent_path(), overrides);
+}
+
+std::string ignored_keys_note(const RunConfig& c) {
+  if (c.ignored_keys.empty()) return "";
+  return "accepted and ignored (they change speed, not what is trained): " + join(c.ignored_keys, ", ");
 }
 
 std::string to_yaml(const RunConfig& c) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config_keys.h"
+
 namespace qtrain::engine::config {
 
 // One entry of `datasets`.
@@ -148,6 +150,11 @@ struct RunConfig {
   // Also write TensorBoard event files.
   bool use_tensorboard = false;
 
+  // Not a key: the axolotl settings of this config that change speed, not what is trained, and
+  // that qtrain therefore accepts and ignores, each as "key (why)". Commands print them once
+  // (ignored_keys_note). to_yaml does not write them.
+  std::vector<std::string> ignored_keys;
+
   bool operator==(const RunConfig&) const = default;
 };
 
@@ -163,14 +170,12 @@ RunConfig parse_run_config(const std::string& yaml_text,
                            const std::filesystem::path& base_dir,
                            const std::vector<std::string>& overrides = {});
 
+// One line naming config.ignored_keys, or "" when there are none.
+std::string ignored_keys_note(const RunConfig& config);
+
 // Every key of `config`, one per line in the order of run_config_keys(), in a form that
 // parse_run_config reads back to an equal RunConfig (paths as they are: absolute after a load).
 // Saved beside checkpoints so that a run's settings are on record.
 std::string to_yaml(const RunConfig& config);
-
-// The keys a run config may set, in documentation order.
-const std::vector<std::string>& run_config_keys();
-// axolotl keys that qtrain recognises and refuses (accepted only when blank, null or false).
-const std::vector<std::string>& unsupported_axolotl_keys();
 
 }  // namespace qtrain::engine::config

@@ -496,9 +496,10 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "lr_scheduler: cosin\n",
        {},
        "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
-      {kHead + "optimizer: paged_adamw_32bit\n",
+      {kHead + "optimizer: adamw_bnb_8bit\n",
        {},
-       "optimizer: 'paged_adamw_32bit' is not one of adamw_torch; use adamw_torch"},
+       "optimizer: 'adamw_bnb_8bit' is not one of adamw_torch; use adamw_torch: the 8-bit variants keep the "
+       "optimizer state in 8 bits"},
       {kHead + "bnb_4bit_quant_type: int4\n", {}, "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"},
       // contradictions
       {kHead + "load_in_4bit: true\nload_in_8bit: true\n",
@@ -605,6 +606,68 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
   EXPECT_GE(table.size(), 15u);
 }
 
+// See Note [Every problem at once].
+TEST(RunConfigTest, EveryProblemIsReportedAtOnce) {
+  expect_error([] { parse(kHead + "lora_r: abc\nlearning_rte: 1e-4\nwandb_project: my-run\nbf16: maybe\n"); },
+               "run.yaml: 4 problems in the run config; fix them all before the run:\n"
+               "  run.yaml:4:1: learning_rte: unknown key 'learning_rte'; did you mean 'learning_rate'?\n"
+               "  run.yaml:5:1: wandb_project: axolotl key 'wandb_project' is not supported by qtrain");
+  expect_error([] { parse(kHead + "lora_r: abc\nlearning_rte: 1e-4\nwandb_project: my-run\nbf16: maybe\n"); },
+               "\n  run.yaml:3:9: lora_r: expected an integer, got 'abc'; use a rank of 1 or more, typically 8 to "
+               "64\n  run.yaml:6:7: bf16: expected true, false or auto, got 'maybe'");
+  // Problems of --set arguments and of datasets entries join those of the file.
+  expect_error([] { parse(kHead + "datasets:\n  - type: alpaca\n  - path: b.jsonl\n    typ: x\n", {"lora_r=x"}); },
+               "3 problems in the run config");
+  // A value that fails is not also reported through the combinations it takes part in: the
+  // default that stands in for load_in_4bit would contradict adapter: qlora.
+  try {
+    parse(kHead + "load_in_4bit: yes please\nadapter: qlora\n");
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    const std::string message = e.what_without_backtrace();
+    EXPECT_NE(message.find("load_in_4bit: expected true or false, got 'yes please'"), std::string::npos) << message;
+    EXPECT_EQ(message.find("problems"), std::string::npos) << message;
+    EXPECT_EQ(message.find("qlora needs"), std::string::npos) << message;
+  }
+}
+
+// See Note [Performance hints].
+TEST(RunConfigTest, PerformanceSwitchesAreAcceptedAndNamed) {
+  const RunConfig c = parse(kHead + R"(flash_attention: true
+tf32: true
+torch_compile: true
+liger_rms_norm: true
+liger_glu_activation: true
+plugins:
+  - axolotl.integrations.liger.LigerPlugin
+gradient_checkpointing_kwargs:
+  use_reentrant: false
+pad_to_sequence_len: true
+optimizer: paged_adamw_32bit
+)");
+  EXPECT_EQ(c.optimizer, "adamw_torch");
+  const std::vector<std::string> expected = {
+      "flash_attention (qtrain chooses its attention kernel itself)",
+      "tf32 (qtrain's float32 matmuls stay float32)",
+      "torch_compile (qtrain is compiled C++)",
+      "liger_rms_norm (Liger kernels speed up the Python stack; qtrain has its own kernels)",
+      "liger_glu_activation (Liger kernels speed up the Python stack; qtrain has its own kernels)",
+      "plugins (axolotl plugins (Liger, cut cross-entropy) speed up the Python stack; qtrain has its own kernels)",
+      "gradient_checkpointing_kwargs (qtrain's checkpointing has no reentrant variant to choose)",
+      "pad_to_sequence_len (padding changes shapes, not the loss: padded positions carry no label)",
+      "optimizer: paged_adamw_32bit (the same AdamW; paging moves its state to host memory under pressure, and "
+      "LoRA's state is small)"};
+  EXPECT_EQ(c.ignored_keys, expected);
+  EXPECT_EQ(
+      ignored_keys_note(c).rfind("accepted and ignored (they change speed, not what is trained): flash_attention (", 0),
+      0u)
+      << ignored_keys_note(c);
+  EXPECT_EQ(ignored_keys_note(parse(kMinimal)), "");
+  // Switched off or blank, a switch asks for nothing and is not named.
+  EXPECT_TRUE(parse(kHead + "flash_attention: false\ntf32:\nliger_rope: false\n").ignored_keys.empty());
+  EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_fused\n").optimizer, "adamw_torch");
+}
+
 TEST(RunConfigTest, RoundTripThroughToYaml) {
   std::vector<RunConfig> configs = {parse(kMinimal), parse(kFull)};
   // Strings that must not be read back as anything else, and the other forms of the union keys.
@@ -652,8 +715,14 @@ TEST(RunConfigTest, DocsListEveryKey) {
   for (const std::string& key : run_config_keys()) {
     EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
   }
-  for (const std::string& key : unsupported_axolotl_keys()) {
-    EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
+  for (const auto& table : {refused_keys(), refused_dataset_keys()}) {
+    for (const RefusedKey& refused : table) {
+      EXPECT_NE(docs.find("`" + std::string(refused.key) + "`"), std::string::npos) << refused.key;
+    }
+  }
+  for (const IgnoredKey& ignored : ignored_keys()) {
+    const std::string shown = std::string(ignored.key) + (ignored.prefix ? "*" : "");
+    EXPECT_NE(docs.find("`" + shown + "`"), std::string::npos) << shown;
   }
   // The example config is valid.
   const size_t begin = docs.find("```yaml\n");

@@ -1,0 +1,40 @@
+// The key schema of a run config: the keys qtrain reads, the axolotl keys it recognises and
+// refuses (each with the fix its message gives), and the axolotl performance switches it accepts
+// and ignores. run_config.cpp reads a file against these lists; docs/CONFIG.md documents them
+// (a test checks that it names every one).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace qtrain::engine::config {
+
+// The keys of RunConfig, in the order of the header, the docs and to_yaml.
+const std::vector<std::string>& run_config_keys();
+// axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
+// were written at the top level.
+inline constexpr const char* kBnbKwargs = "bnb_config_kwargs";
+const std::vector<std::string>& bnb_kwargs_keys();
+// The keys of one `datasets` entry.
+const std::vector<std::string>& dataset_keys();
+
+// An axolotl key qtrain does not implement: accepted only with a value that asks for nothing.
+struct RefusedKey {
+  const char* key;
+  const char* fix;
+};
+const std::vector<RefusedKey>& refused_keys();
+const std::vector<RefusedKey>& refused_dataset_keys();
+const RefusedKey* find_refused(const std::vector<RefusedKey>& table, const std::string& key);
+
+// An axolotl switch that changes speed, not what is trained: accepted with any value and named in
+// RunConfig::ignored_keys. `prefix`: every key that starts with `key` (liger_*).
+struct IgnoredKey {
+  const char* key;
+  const char* why;
+  bool prefix = false;
+};
+const std::vector<IgnoredKey>& ignored_keys();
+const IgnoredKey* find_ignored(const std::string& key);
+
+}  // namespace qtrain::engine::config
