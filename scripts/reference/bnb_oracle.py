@@ -43,7 +43,7 @@ import bitsandbytes.nn.modules
 from bitsandbytes.backends.default import ops as generic
 from bitsandbytes.backends.utils import _get_4bit_code
 
-__all__ = ["bnb", "F"]
+__all__ = ["bnb", "F", "quant_state_tensors"]
 
 
 def kernel_code(quant_type):
@@ -89,6 +89,17 @@ with warnings.catch_warnings():
 bitsandbytes.nn.modules.has_avx512bf16 = lambda: False
 
 
+def quant_state_tensors(prefix, qs):
+    """A 4-bit quant state's tensors under the names the C++ tests read (`prefix` + name)."""
+    if qs.nested:
+        named = {"qabsmax": qs.absmax, "absmax2": qs.state2.absmax, "nested_quant_map": qs.state2.code,
+                 "offset": qs.offset.reshape(1)}
+    else:
+        named = {"absmax": qs.absmax}
+    named["quant_map"] = qs.code  # the generic table: +0.0 at FP4 code 8
+    return {prefix + name: t for name, t in named.items()}
+
+
 def check_cases(out):
     """Awkward shapes (rows that are not whole blocks, odd sizes), each dequantized and multiplied
     through the oracle, for the C++ test to recompute directly from codebook and absmax."""
@@ -104,15 +115,8 @@ def check_cases(out):
             w = (torch.randn(shape, generator=gen) * 0.05).to(torch.bfloat16 if nested else torch.float32)
             packed, qs = F.quantize_4bit(w, blocksize=blocksize, quant_type=quant_type, compress_statistics=nested)
             tensors[p + "packed"] = packed
-            tensors[p + "quant_map"] = qs.code  # the generic table: +0.0 at FP4 code 8
             tensors[p + "blocksize"] = torch.tensor([blocksize])
-            if nested:
-                tensors[p + "qabsmax"] = qs.absmax
-                tensors[p + "absmax2"] = qs.state2.absmax
-                tensors[p + "nested_quant_map"] = qs.state2.code
-                tensors[p + "offset"] = qs.offset.reshape(1)
-            else:
-                tensors[p + "absmax"] = qs.absmax
+            tensors.update(quant_state_tensors(p, qs))
             tensors[p + "dq"] = F.dequantize_4bit(packed, qs)
             # The eval forward of a Linear4bit with no grad: where bitsandbytes would repack.
             layer = bnb.nn.Linear4bit(shape[1], shape[0], bias=False, compute_dtype=torch.float32,

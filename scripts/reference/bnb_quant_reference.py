@@ -14,7 +14,7 @@ import os
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")  # the reference needs no compiled kernels
 
 import torch
-from bnb_oracle import bnb, F  # bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects]
+from bnb_oracle import bnb, F, quant_state_tensors  # bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects]
 from bitsandbytes.autograd._functions import MatMul8bitFp, MatMul8bitLt, MatmulLtState
 from safetensors.torch import save_file
 
@@ -57,14 +57,7 @@ def kbit_cases(gen, tensors, cases):
                         tensors[p + "x"] = x
                         tensors[p + "packed"] = packed
                         tensors[p + "dq"] = dq
-                        tensors[p + "quant_map"] = qs.code
-                        if nested:
-                            tensors[p + "qabsmax"] = qs.absmax
-                            tensors[p + "absmax2"] = qs.state2.absmax
-                            tensors[p + "nested_quant_map"] = qs.state2.code
-                            tensors[p + "offset"] = qs.offset.reshape(1)
-                        else:
-                            tensors[p + "absmax"] = qs.absmax
+                        tensors.update(quant_state_tensors(p, qs))
                         cases.append({"kind": "kbit", "prefix": p, "quant_type": qt, "blocksize": bs,
                                       "dtype": dname, "nested": nested, "shape": shape})
                         i += 1
@@ -72,9 +65,8 @@ def kbit_cases(gen, tensors, cases):
     x = irregular([1024, 1536], gen).to(torch.bfloat16)
     packed, qs = F.quantize_4bit(x, blocksize=64, quant_type="nf4", compress_statistics=True)
     p = f"kbit{i}."
-    tensors.update({p + "x": x, p + "packed": packed, p + "dq": F.dequantize_4bit(packed, qs),
-                    p + "quant_map": qs.code, p + "qabsmax": qs.absmax, p + "absmax2": qs.state2.absmax,
-                    p + "nested_quant_map": qs.state2.code, p + "offset": qs.offset.reshape(1)})
+    tensors.update({p + "x": x, p + "packed": packed, p + "dq": F.dequantize_4bit(packed, qs)})
+    tensors.update(quant_state_tensors(p, qs))
     cases.append({"kind": "kbit", "prefix": p, "quant_type": "nf4", "blocksize": 64, "dtype": "bfloat16",
                   "nested": True, "shape": [1024, 1536]})
 
