@@ -11,6 +11,7 @@
 #include "apps/plan_command.h"
 #include "apps/quant_report.h"
 #include "apps/quantize_command.h"
+#include "apps/tokenize_command.h"
 #include "apps/train_command.h"
 
 int main(int argc, char** argv) {
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   qtrain::apps::add_merge_command(app);
   qtrain::apps::add_quant_report_command(app);
   qtrain::apps::add_quantize_command(app);
+  qtrain::apps::add_tokenize_command(app);
   int exit_code = 0;
   qtrain::apps::add_plan_command(app, exit_code);
   qtrain::apps::add_train_command(app, exit_code);

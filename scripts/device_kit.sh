@@ -26,6 +26,7 @@ DEBS=(
   libgtest-dev libgmock-dev
   libbenchmark-dev libbenchmark1debian
   nlohmann-json3-dev libcli11-dev
+  libonig-dev libonig5 libutf8proc-dev libutf8proc2
 )
 
 say() { echo "[device-kit] $*"; }

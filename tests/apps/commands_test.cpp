@@ -1,14 +1,17 @@
 // The qtrain command line end to end: init-model writes a folder transformers loads; eval's JSON
 // loss equals transformers' (+ peft, + bitsandbytes) loss on the same data; quantize writes a
 // bitsandbytes folder that transformers loads with the same loss and that qtrain reads back
-// without quantizing again.
+// without quantizing again; tokenize prints the ids HF `tokenizers` gives, one line each.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -206,6 +209,45 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   ASSERT_EQ(hf.status, 0);
   // A random model predicts close to uniformly over the 256-token vocabulary.
   EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
+}
+
+TEST_F(Commands, TokenizePrintsHfIdsPerLine) {
+  // The llama3 stand-in and HF's ids for its single-line cases (scripts/reference/tokenizer_reference.py).
+  const fs::path fixtures = std::getenv("QTRAIN_FIXTURES");
+  std::ifstream f(fixtures / "tokenizers" / "cases.json");
+  const auto ref = nlohmann::json::parse(f);
+  std::string dir;
+  std::vector<nlohmann::json> want, want_special;
+  std::ofstream input(dir_ / "lines.txt");
+  for (const auto& t : ref["tokenizers"]) {
+    if (t["name"] != "llama3") continue;
+    dir = t["dir"];
+    for (const auto& c : t["cases"]) {
+      const auto text = c["text"].get<std::string>();
+      if (text.find_first_of("\r\n") != std::string::npos || want.size() == 40) continue;
+      input << text << "\n";
+      want.push_back(c["ids"]);
+      want_special.push_back(c["ids_special"]);
+    }
+  }
+  input.close();
+  ASSERT_EQ(want.size(), 40u);
+  for (const bool special : {false, true}) {
+    const auto r = run(qtrain() + " tokenize --tokenizer " + dir + (special ? " --add-special-tokens" : "") + " < " +
+                       (dir_ / "lines.txt").string());
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::istringstream lines(r.out);
+    std::string line;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_TRUE(std::getline(lines, line)) << "missing line " << i + 1;
+      EXPECT_EQ(nlohmann::json::parse(line), special ? want_special[i] : want[i]) << "line " << i + 1;
+    }
+    EXPECT_FALSE(std::getline(lines, line)) << "extra output: " << line;
+  }
+  // A folder without tokenizer.json: one line that says so, exit 1.
+  const auto bad = run(qtrain() + " tokenize --tokenizer " + dir_.string() + " < /dev/null", true);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("tokenizer.json: not found"), std::string::npos) << bad.out;
 }
 
 TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {

@@ -1,0 +1,11 @@
+// `qtrain tokenize --tokenizer DIR [--add-special-tokens]`: each line of stdin through a Hugging
+// Face tokenizer.json, one JSON array of ids per line on stdout (the ids HF `tokenizers` gives).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace qtrain::apps {
+
+void add_tokenize_command(CLI::App& app);
+
+}  // namespace qtrain::apps
