@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/text/jinja_error.h"
+#include "engine/text/utf8.h"
 
 namespace qtrain::engine::text {
 
@@ -64,24 +65,6 @@ size_t rstrip_length(std::string_view s) {
     end -= k;
   }
   return end;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 class Lexer {
@@ -370,7 +353,7 @@ class Lexer {
           }
           cp = cp * 16 + static_cast<uint32_t>(std::stoi(std::string(1, src_[i]), nullptr, 16));
         }
-        append_utf8(value, cp);
+        utf8_append(value, cp);
       };
       switch (e) {
         case 'n':
@@ -418,7 +401,7 @@ class Lexer {
           if (e >= '0' && e <= '7') {
             uint32_t cp = static_cast<uint32_t>(e - '0');
             for (int k = 0; k < 2 && i < n && src_[i] >= '0' && src_[i] <= '7'; ++k, ++i) cp = cp * 8 + (src_[i] - '0');
-            append_utf8(value, cp);
+            utf8_append(value, cp);
           } else {
             value += '\\';  // unknown escapes stay as written
             value += e;

@@ -6,6 +6,7 @@
 #include <utf8proc.h>
 
 #include "engine/text/jinja_args.h"
+#include "engine/text/utf8.h"
 
 namespace qtrain::engine::text {
 
@@ -27,24 +28,6 @@ bool python_is_space(uint32_t cp) {
 
 namespace {
 
-void append_code_point(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 // Simple case mappings plus Python's 'ß' (upper "SS", title "Ss"); see jinja_pystr.h.
 enum class Case { upper, lower, title };
 
@@ -54,10 +37,10 @@ void append_cased(std::string& out, uint32_t cp, Case c) {
     return;
   }
   const auto u = static_cast<utf8proc_int32_t>(cp);
-  append_code_point(out,
-                    static_cast<uint32_t>(c == Case::upper   ? utf8proc_toupper(u)
-                                          : c == Case::lower ? utf8proc_tolower(u)
-                                                             : utf8proc_totitle(u)));
+  utf8_append(out,
+              static_cast<uint32_t>(c == Case::upper   ? utf8proc_toupper(u)
+                                    : c == Case::lower ? utf8proc_tolower(u)
+                                                       : utf8proc_totitle(u)));
 }
 
 std::string map_case(const std::string& s, Case c) {
