@@ -9,6 +9,7 @@
 #include "apps/init_model_command.h"
 #include "apps/merge_command.h"
 #include "apps/plan_command.h"
+#include "apps/preprocess_command.h"
 #include "apps/quant_report.h"
 #include "apps/quantize_command.h"
 #include "apps/tokenize_command.h"
@@ -20,6 +21,7 @@ int main(int argc, char** argv) {
   qtrain::apps::add_eval_command(app);
   qtrain::apps::add_init_model_command(app);
   qtrain::apps::add_merge_command(app);
+  qtrain::apps::add_preprocess_command(app);
   qtrain::apps::add_quant_report_command(app);
   qtrain::apps::add_quantize_command(app);
   qtrain::apps::add_tokenize_command(app);

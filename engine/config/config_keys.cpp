@@ -30,6 +30,10 @@ const std::vector<std::string> kKeys = {
     "sequence_len",
     "sample_packing",
     "train_on_inputs",
+    "chat_template",
+    "chat_template_jinja",
+    "eot_tokens",
+    "dataset_prepared_path",
     "val_set_size",
     "micro_batch_size",
     "gradient_accumulation_steps",
@@ -68,7 +72,8 @@ const std::vector<std::string> kKeys = {
 const std::vector<std::string> kBnbKwargsKeys = {
     "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
 
-const std::vector<std::string> kDatasetKeys = {"path", "type", "field"};
+const std::vector<std::string> kDatasetKeys = {
+    "path", "type", "field", "field_messages", "message_property_mappings", "roles", "roles_to_train", "train_on_eos"};
 
 // Note [Recognised axolotl keys]
 // axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
@@ -85,10 +90,8 @@ const std::vector<RefusedKey> kRefused = {
     {"trust_remote_code", "qtrain runs no model code from the model folder; remove the key"},
     {"gptq", "GPTQ bases are not supported; use a float base with load_in_4bit or load_in_8bit"},
     {"quantize_moe_experts", "quantizing fused MoE experts is not supported; remove the key"},
-    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
     {"special_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
     {"tokens", "adding tokens (resizing the embeddings) is not supported; remove the key"},
-    {"eot_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
     {"lora_modules_to_save", "only LoRA adapters are trained; modules cannot be trained in full"},
     {"lora_fan_in_fan_out", "no supported model stores its weights transposed; remove the key"},
     {"lora_target_parameters", "LoRA on raw parameters is not supported; target modules with lora_target_modules"},
@@ -102,7 +105,6 @@ const std::vector<RefusedKey> kRefused = {
     {"activation_offloading", "activation offloading is not supported; remove the key"},
     {"layer_offloading",
      "qtrain streams layers from host RAM with its own keys: offload_layers: auto (see `qtrain plan`); remove the key"},
-    {"dataset_prepared_path", "qtrain keeps no cache of tokenized data; remove the key"},
     {"eval_sample_packing", "qtrain has no separate packing setting for evaluation; remove the key"},
     {"group_by_length", "grouping samples by length is not supported; remove the key"},
     {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
@@ -137,11 +139,7 @@ const std::vector<RefusedKey> kRefusedDatasetKeys = {
     {"data_files", "give the file itself as path"},
     {"ds_type", "qtrain reads local files; remove the key"},
     {"shards", "qtrain reads the whole local file; remove the key"},
-    {"field_messages", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"message_property_mappings", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"roles_to_train", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"train_on_eos", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
-    {"chat_template", "chat datasets are not supported; convert the rows to completion or alpaca rows"},
+    {"chat_template", "one template serves every dataset: set the top-level chat_template (and chat_template_jinja)"},
 };
 
 // Note [Performance hints]

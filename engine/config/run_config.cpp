@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -498,6 +499,17 @@ class Reader {
     return resolve(e ? guarded(key, fallback, [&] { return path_of(*e); }) : fallback);
   }
 
+  std::vector<std::string> strings(const std::string& key, const std::string& example) {
+    const Entry* e = find(key);
+    return e ? guarded(key, std::vector<std::string>{}, [&] { return strings_of(*e, example); })
+             : std::vector<std::string>{};
+  }
+
+  std::string text(const std::string& key, const std::string& example) {
+    const Entry* e = find(key);
+    return e ? guarded(key, std::string{}, [&] { return text_of(*e, example); }) : std::string{};
+  }
+
   std::vector<std::string> module_names(const std::string& key) {
     const Entry* e = find(key);
     return e ? guarded(key, std::vector<std::string>{}, [&] { return module_names_of(*e); })
@@ -549,6 +561,32 @@ class Reader {
       out.push_back(name);
     }
     return out;
+  }
+
+  // A non-empty string, or a list of them (one string reads as a list of one).
+  std::vector<std::string> strings_of(const Entry& e, const std::string& example) const {
+    std::vector<std::string> out;
+    if (e.value.IsScalar()) {
+      out.push_back(e.value.Scalar());
+    } else if (e.value.IsSequence()) {
+      for (const YAML::Node& item : e.value) {
+        if (!item.IsScalar() || item.Scalar().empty()) {
+          e.fail_value("expected a list of names, got an item " + shown(item) + "; write e.g. " + example);
+        }
+        out.push_back(item.Scalar());
+      }
+    } else {
+      e.fail_value("expected a list of names, got " + shown(e.value) + "; write e.g. " + example);
+    }
+    return out;
+  }
+
+  // A string; "" (as to_yaml writes an unset one) reads as unset.
+  std::string text_of(const Entry& e, const std::string& example) const {
+    if (!e.value.IsScalar()) {
+      e.fail_value("expected a string, got " + shown(e.value) + "; write e.g. " + example);
+    }
+    return e.value.Scalar();
   }
 
   bool boolean_of(const Entry& e) const {
@@ -653,9 +691,9 @@ class Reader {
     d.path = resolve(path_of(*path));
     if (const Entry* type = value_of("type")) {
       d.type = choice_of(*type,
-                         {"completion", "alpaca", "pretokenized"},
-                         "use completion (a text field), alpaca (instruction/input/output) or pretokenized "
-                         "(input_ids), or leave type out for rows that carry input_ids",
+                         {"completion", "alpaca", "chat_template", "pretokenized"},
+                         "use completion (a text field), alpaca (instruction/input/output), chat_template "
+                         "(messages) or pretokenized (input_ids), or leave type out for rows that carry input_ids",
                          {});
     }
     if (const Entry* field = value_of("field")) {
@@ -670,7 +708,53 @@ class Reader {
       }
       d.field = field->value.Scalar();
     }
+    read_chat_keys(d, value_of);
     return d;
+  }
+
+  // The type chat_template keys of a dataset entry; see DatasetConfig.
+  template <class ValueOf>
+  void read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
+    for (const char* name :
+         {"field_messages", "message_property_mappings", "roles", "roles_to_train", "train_on_eos"}) {
+      const Entry* e = value_of(name);
+      if (e && d.type != "chat_template") {
+        fail(e->key_place(),
+             e->key,
+             std::string(name) + " applies only to type: chat_template (this dataset's type is " +
+                 (d.type.empty() ? std::string("not set") : d.type) + "); remove it or set type: chat_template");
+      }
+    }
+    if (const Entry* e = value_of("field_messages")) d.field_messages = text_of(*e, "field_messages: conversations");
+    if (const Entry* e = value_of("message_property_mappings")) {
+      const std::string example = "message_property_mappings: {role: from, content: value}";
+      if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
+      for (const auto& item : e->value) {
+        const std::string name = item.first.Scalar();
+        if (!item.second.IsScalar() || item.second.Scalar().empty() || (name != "role" && name != "content")) {
+          e->fail_value("'" + name + "' is not mapped to a message key; qtrain maps role and content, write e.g. " +
+                        example);
+        }
+        (name == "role" ? d.message_role : d.message_content) = item.second.Scalar();
+      }
+    }
+    if (const Entry* e = value_of("roles")) {
+      const std::string example = "roles: {user: [human, user], assistant: [gpt, bot]}";
+      if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
+      for (const auto& item : e->value) {
+        // A new Entry, not a copy of *e with its value assigned: YAML::Node assignment writes
+        // through to the node it refers to.
+        const Entry sources{e->key, e->key_node, item.second, e->origin};
+        for (const std::string& source : strings_of(sources, example)) d.roles[source] = item.first.Scalar();
+      }
+    }
+    if (const Entry* e = value_of("roles_to_train")) d.roles_to_train = strings_of(*e, "roles_to_train: [assistant]");
+    if (const Entry* e = value_of("train_on_eos")) {
+      d.train_on_eos = choice_of(*e,
+                                 {"turn", "all", "last", "none"},
+                                 "use turn (the end of each trained turn), all, last or none",
+                                 {{"false", "none"}});
+    }
   }
 
   std::map<std::string, Entry>& entries_;
@@ -737,6 +821,38 @@ RunConfig read_config(Reader& r) {
   c.sequence_len = r.integer("sequence_len", c.sequence_len, at_least(1), "use the tokens per sample, e.g. 2048");
   c.sample_packing = r.boolean("sample_packing", c.sample_packing);
   c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
+  c.chat_template_jinja = r.text("chat_template_jinja", "chat_template_jinja: ./chatml.jinja");
+  c.chat_template = r.choice("chat_template",
+                             c.chat_template_jinja.empty() ? c.chat_template : "jinja",
+                             {"tokenizer_default", "jinja"},
+                             "use tokenizer_default (the template in tokenizer_config.json) or jinja (with "
+                             "chat_template_jinja); axolotl's built-in templates are not included, copy one into a "
+                             ".jinja file",
+                             {});
+  c.eot_tokens = r.strings("eot_tokens", "eot_tokens: [\"<|im_end|>\"]");
+  r.guard({"chat_template"}, [&] {
+    TORCH_CHECK(c.chat_template != "jinja" || !c.chat_template_jinja.empty(),
+                r.place_of("chat_template"),
+                ": chat_template: jinja needs chat_template_jinja (the Jinja text, or the path of a .jinja file)");
+    if (c.chat_template != "jinja") return;
+    // Inline Jinja has a tag; anything else is the path of a file, resolved like other paths.
+    const bool inline_text =
+        c.chat_template_jinja.find("{{") != std::string::npos || c.chat_template_jinja.find("{%") != std::string::npos;
+    std::string source = c.chat_template_jinja;
+    if (!inline_text) {
+      const fs::path file = r.resolve(c.chat_template_jinja);
+      std::ifstream in(file, std::ios::binary);
+      TORCH_CHECK(in.good(),
+                  r.place_of("chat_template_jinja"),
+                  ": chat_template_jinja: cannot read '",
+                  file.string(),
+                  "'; give the path of a .jinja file or the template text itself");
+      source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    for (DatasetConfig& d : c.datasets) d.chat_template_source = source;
+  });
+  for (DatasetConfig& d : c.datasets) d.eot_tokens = c.eot_tokens;
+  c.dataset_prepared_path = r.path("dataset_prepared_path", c.dataset_prepared_path);
   r.guard({"val_set_size"}, [&] {
     if (const Entry* e = r.find("val_set_size")) {
       const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
@@ -1076,11 +1192,31 @@ std::string to_yaml(const RunConfig& c) {
       if (d.type == "completion") {
         out << "    field: " << quoted(d.field) << "\n";
       }
+      if (d.type == "chat_template") {
+        std::vector<std::string> trained;
+        for (const std::string& role : d.roles_to_train) trained.push_back(quoted(role));
+        out << "    field_messages: " << quoted(d.field_messages) << "\n";
+        out << "    message_property_mappings: {role: " << quoted(d.message_role)
+            << ", content: " << quoted(d.message_content) << "}\n";
+        if (!d.roles.empty()) {
+          out << "    roles:\n";
+          for (const auto& [source, role] : d.roles)
+            out << "      " << quoted(role) << ": [" << quoted(source) << "]\n";
+        }
+        out << "    roles_to_train: [" << join(trained, ", ") << "]\n";
+        out << "    train_on_eos: " << d.train_on_eos << "\n";
+      }
     }
   }
   line("sequence_len", std::to_string(c.sequence_len));
   line("sample_packing", boolean_text(c.sample_packing));
   line("train_on_inputs", boolean_text(c.train_on_inputs));
+  line("chat_template", c.chat_template);
+  line("chat_template_jinja", quoted(c.chat_template_jinja));
+  std::vector<std::string> eot;
+  for (const std::string& token : c.eot_tokens) eot.push_back(quoted(token));
+  line("eot_tokens", "[" + join(eot, ", ") + "]");
+  line("dataset_prepared_path", quoted(c.dataset_prepared_path.string()));
   // A whole count is written as an integer, the way users write it.
   line("val_set_size",
        c.val_set_size >= 1 ? std::to_string(static_cast<int64_t>(c.val_set_size)) : format_double(c.val_set_size));

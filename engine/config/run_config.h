@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,23 @@ struct DatasetConfig {
   std::string type;
   // type completion: the field of each row that holds the text.
   std::string field = "text";
+
+  // type chat_template (axolotl's keys and defaults; see docs/DATA.md "Datasets and labels").
+  std::string field_messages = "messages";
+  // message_property_mappings: the keys of a message that hold its role and its content.
+  std::string message_role = "role";
+  std::string message_content = "content";
+  // roles: source role -> template role, on top of the built-in human -> user, gpt -> assistant.
+  std::map<std::string, std::string> roles;
+  std::vector<std::string> roles_to_train = {"assistant"};
+  // train_on_eos: "turn" (the EOT/EOS after each trained turn), "all" (after every turn),
+  // "last" (after the last turn only) or "none".
+  std::string train_on_eos = "turn";
+  // From the top-level keys, which apply to every dataset. chat_template_source: the Jinja text
+  // of `chat_template: jinja` (read from chat_template_jinja); "" for tokenizer_default.
+  std::string chat_template_source;
+  // Top-level eot_tokens; empty: [the tokenizer's eos_token].
+  std::vector<std::string> eot_tokens;
 
   bool operator==(const DatasetConfig&) const = default;
 };
@@ -84,6 +102,14 @@ struct RunConfig {
   bool sample_packing = false;
   // Also compute the loss on the prompt part of a sample (alpaca: instruction and input).
   bool train_on_inputs = false;
+  // Chat datasets: "tokenizer_default" (the template in tokenizer_config.json) or "jinja" (the
+  // template in chat_template_jinja: inline Jinja text or the path of a .jinja file).
+  std::string chat_template = "tokenizer_default";
+  std::string chat_template_jinja;
+  // The tokens that end a turn, trained after a trained turn per train_on_eos; empty: eos_token.
+  std::vector<std::string> eot_tokens;
+  // A folder that caches tokenized datasets (See Note [Prepared dataset cache]); empty: none.
+  std::filesystem::path dataset_prepared_path;
   // Held-out rows for evaluation: a fraction in [0, 1) when below 1, else a whole number of
   // rows. 0: no evaluation set.
   double val_set_size = 0.0;

@@ -13,6 +13,26 @@ std::vector<int64_t> ByteTokenizer::encode(std::string_view text) const {
   return ids;
 }
 
+TokenizedText ByteTokenizer::tokenize(std::string_view text, bool add_special_tokens) const {
+  TokenizedText out;
+  if (add_special_tokens) {
+    out.ids.push_back(bos());
+    out.spans.emplace_back(0, 0);
+  }
+  for (size_t i = 0; i < text.size(); ++i) {
+    out.ids.push_back(static_cast<unsigned char>(text[i]));
+    out.spans.emplace_back(i, i + 1);
+  }
+  return out;
+}
+
+std::optional<int64_t> ByteTokenizer::id_of(std::string_view token) const {
+  if (token == "<s>") return bos();
+  if (token == "</s>") return eos();
+  if (token == "<pad>") return pad();
+  return std::nullopt;
+}
+
 std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
   std::string text;
   text.reserve(ids.size());

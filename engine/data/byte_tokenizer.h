@@ -11,9 +11,11 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/data/text_tokenizer.h"
+
 namespace qtrain::engine::data {
 
-class ByteTokenizer {
+class ByteTokenizer : public TextTokenizer {
  public:
   // The bytes of `text`, no special tokens (callers add BOS/EOS where the format wants them).
   // Any byte string is accepted: invalid UTF-8 round-trips unchanged.
@@ -26,6 +28,16 @@ class ByteTokenizer {
   int64_t eos() const { return 257; }
   int64_t pad() const { return 258; }
   int64_t vocab_size() const { return 259; }
+
+  // As TextTokenizer: add_special_tokens puts BOS first, as Llama's tokenizer does.
+  TokenizedText tokenize(std::string_view text, bool add_special_tokens) const override;
+  int64_t eos_id() const override { return eos(); }
+  int64_t pad_id() const override { return pad(); }
+  std::optional<int64_t> id_of(std::string_view token) const override;
+  std::string bos_token() const override { return "<s>"; }
+  std::string eos_token() const override { return "</s>"; }
+  // None: chat datasets need a model's tokenizer.json.
+  std::optional<std::string> chat_template() const override { return std::nullopt; }
 };
 
 }  // namespace qtrain::engine::data

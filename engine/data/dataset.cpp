@@ -8,6 +8,8 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/data/chat_dataset.h"
+
 namespace qtrain::engine::data {
 namespace {
 
@@ -51,26 +53,28 @@ void append(std::vector<int64_t>& ids, std::vector<int64_t>& labels, const std::
   }
 }
 
-std::vector<Sample> read_completion(const config::DatasetConfig& d, const ByteTokenizer& tokenizer) {
+// As axolotl's completion strategy: tokenizer(text) with the family's special tokens, EOS appended
+// when the text does not already end with it; every token trained.
+std::vector<Sample> read_completion(const config::DatasetConfig& d, const TextTokenizer& tokenizer) {
   const std::string field = d.field.empty() ? "text" : d.field;
   std::vector<Sample> samples;
   for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
     const auto hint = "a completion row holds its text in \"" + field + "\" (this row has keys: " + keys_of(row) +
                       "); set the dataset's `field:` to the key that holds the text";
     const auto text = string_field(row, field, where, hint);
+    auto ids = tokenizer.tokenize(text, /*add_special_tokens=*/true).ids;
+    if (ids.empty() || ids.back() != tokenizer.eos_id()) ids.push_back(tokenizer.eos_id());
     Sample s;
-    append(s.input_ids, s.labels, {tokenizer.bos()}, true);
-    append(s.input_ids, s.labels, tokenizer.encode(text), true);
-    append(s.input_ids, s.labels, {tokenizer.eos()}, true);
+    append(s.input_ids, s.labels, ids, true);
     samples.push_back(std::move(s));
   });
   return samples;
 }
 
-// As axolotl's InstructionPromptTokenizingStrategy: the prompt (with BOS) and the response (with
-// EOS) are tokenized separately and concatenated, so the label boundary is exactly the
-// prompt/response junction. With a byte tokenizer this equals tokenizing the whole text.
-std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const ByteTokenizer& tokenizer, bool train_on_inputs) {
+// As axolotl's InstructionPromptTokenizingStrategy: the prompt (with the family's special tokens)
+// and the response (without them, EOS appended) are tokenized separately and concatenated, so the
+// label boundary is exactly the prompt/response junction.
+std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const TextTokenizer& tokenizer, bool train_on_inputs) {
   static const std::string hint = "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
   std::vector<Sample> samples;
   for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
@@ -78,10 +82,9 @@ std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const ByteTokeni
     const auto input = string_field(row, "input", where, hint, /*optional=*/true);
     const auto output = string_field(row, "output", where, hint);
     Sample s;
-    append(s.input_ids, s.labels, {tokenizer.bos()}, train_on_inputs);
-    append(s.input_ids, s.labels, tokenizer.encode(alpaca_prompt(instruction, input)), train_on_inputs);
-    append(s.input_ids, s.labels, tokenizer.encode(output), true);
-    append(s.input_ids, s.labels, {tokenizer.eos()}, true);
+    append(s.input_ids, s.labels, tokenizer.tokenize(alpaca_prompt(instruction, input), true).ids, train_on_inputs);
+    append(s.input_ids, s.labels, tokenizer.tokenize(output, false).ids, true);
+    append(s.input_ids, s.labels, {tokenizer.eos_id()}, true);
     samples.push_back(std::move(s));
   });
   return samples;
@@ -108,7 +111,7 @@ std::string alpaca_prompt(const std::string& instruction, const std::string& inp
 }
 
 std::vector<Sample> load_dataset(const config::DatasetConfig& d,
-                                 const ByteTokenizer* tokenizer,
+                                 const TextTokenizer* tokenizer,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
                                  DatasetStats* stats) {
@@ -121,17 +124,18 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
               "'; qtrain reads JSONL (a .jsonl file, one JSON object per line). A JSON list converts with "
               "`jq -c '.[]' data.json > data.jsonl`");
   const std::string type = d.type.empty() ? "pretokenized" : d.type;
-  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca",
+  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca" || type == "chat_template",
               path.string(),
               ": dataset type '",
               d.type,
-              "' is not one of completion, alpaca, pretokenized");
+              "' is not one of completion, alpaca, chat_template, pretokenized");
   TORCH_CHECK(type == "pretokenized" || tokenizer != nullptr,
               path.string(),
               ": dataset type '",
               d.type,
-              "' needs a tokenizer; this model has none built in yet (Hugging Face tokenizer.json support comes "
-              "later): use a pre-tokenized JSONL (rows with \"input_ids\")");
+              "' needs a tokenizer; this model has no tokenizer.json (and its vocabulary is not the built-in byte "
+              "tokenizer's): copy the model's tokenizer.json and tokenizer_config.json into base_model, or use a "
+              "pre-tokenized JSONL (rows with \"input_ids\")");
 
   std::vector<Sample> samples;
   if (type == "pretokenized") {
@@ -139,6 +143,8 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
     samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max());
   } else if (type == "completion") {
     samples = read_completion(d, *tokenizer);
+  } else if (type == "chat_template") {
+    samples = read_chat_template(d, *tokenizer);
   } else {
     samples = read_alpaca(d, *tokenizer, train_on_inputs);
   }
@@ -172,7 +178,9 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
               "sequence_len ",
               sequence_len,
               " (prompts fill the window or labels are all -100); raise sequence_len",
-              type == "alpaca" ? " or set train_on_inputs: true" : "");
+              type == "alpaca"          ? " or set train_on_inputs: true"
+              : type == "chat_template" ? " or check roles_to_train"
+                                        : "");
   return kept;
 }
 

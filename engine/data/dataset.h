@@ -6,6 +6,8 @@
 //   type "completion": row[field] (default "text") -> [BOS] text [EOS], every token trained.
 //   type "alpaca": {"instruction", "input" (optional), "output"} -> [BOS] prompt output [EOS] with
 //     axolotl's alpaca prompt (see dataset.cpp); the prompt is not trained unless train_on_inputs.
+//   type "chat_template": conversations rendered with the chat template; see chat_dataset.h.
+// [BOS] is what the tokenizer's add_special_tokens adds (none for Qwen; see text_tokenizer.h).
 //
 // Samples are truncated to sequence_len tokens (axolotl would split a long completion text into
 // chunks instead; qtrain keeps one sample per row). A sample left with nothing to predict (an
@@ -18,8 +20,8 @@
 #include <vector>
 
 #include "engine/config/run_config.h"
-#include "engine/data/byte_tokenizer.h"
 #include "engine/data/pretokenized.h"
+#include "engine/data/text_tokenizer.h"
 
 namespace qtrain::engine::data {
 
@@ -33,7 +35,7 @@ struct DatasetStats {
 // `tokenizer` is null when the model has none (text types are then an error). Every error names
 // the file and line, the field, the value and the fix.
 std::vector<Sample> load_dataset(const config::DatasetConfig& d,
-                                 const ByteTokenizer* tokenizer,
+                                 const TextTokenizer* tokenizer,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
                                  DatasetStats* stats = nullptr);

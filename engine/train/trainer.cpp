@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
@@ -21,6 +22,7 @@
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_state.h"
+#include "engine/train/training_data.h"
 
 namespace qtrain::engine::train {
 namespace fs = std::filesystem;
@@ -39,23 +41,6 @@ std::string clock(double seconds) {
                 static_cast<long long>(s / 60 % 60),
                 static_cast<long long>(s % 60));
   return buf;
-}
-
-std::vector<data::Sample> load_all(const config::RunConfig& c, const data::ByteTokenizer* tokenizer) {
-  TORCH_CHECK(!c.datasets.empty(), "the config lists no datasets; add e.g.\n  datasets:\n    - path: train.jsonl");
-  std::vector<data::Sample> all;
-  for (const auto& d : c.datasets) {
-    data::DatasetStats stats;
-    auto s = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats);
-    std::printf("data: %s: %lld rows, %lld truncated to %lld tokens, %lld without predicted tokens dropped\n",
-                d.path.c_str(),
-                static_cast<long long>(stats.rows),
-                static_cast<long long>(stats.truncated),
-                static_cast<long long>(c.sequence_len),
-                static_cast<long long>(stats.dropped));
-    all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
-  }
-  return all;
 }
 
 // A batch on the compute device. On CUDA the copies go through pinned memory and do not block
@@ -135,14 +120,16 @@ TrainResult train(const config::RunConfig& c) {
               params.size(),
               static_cast<long long>(trainable));
 
-  // Data. The built-in byte tokenizer serves models without a tokenizer file (the demo model).
-  const bool has_tokenizer_file =
-      fs::exists(c.base_model / "tokenizer.json") || fs::exists(c.base_model / "tokenizer.model");
+  // Data, through the model's tokenizer (See training_data.h).
+  const auto tokenizer = run_tokenizer(c, lm.config().vocab_size);
+  // Pre-tokenized data pads as before: the byte tokenizer's PAD on the demo model, else 0.
   const data::ByteTokenizer byte_tokenizer;
-  const bool byte_level = !has_tokenizer_file && lm.config().vocab_size >= byte_tokenizer.vocab_size();
-  const auto pad_id = byte_level ? byte_tokenizer.pad() : 0;
-  auto split = data::split_for_eval(
-      load_all(c, byte_level ? &byte_tokenizer : nullptr), c.val_set_size, static_cast<uint64_t>(c.seed));
+  const bool demo_vocab = !fs::exists(c.base_model / "tokenizer.json") &&
+                          !fs::exists(c.base_model / "tokenizer.model") &&
+                          lm.config().vocab_size >= byte_tokenizer.vocab_size();
+  const auto pad_id = tokenizer ? tokenizer->pad_id() : demo_vocab ? byte_tokenizer.pad() : 0;
+  auto split =
+      data::split_for_eval(load_training_samples(c, tokenizer.get()), c.val_set_size, static_cast<uint64_t>(c.seed));
   data::DataLoader loader(
       split.train, c.micro_batch_size, c.sequence_len, c.sample_packing, static_cast<uint64_t>(c.seed), pad_id);
   const int64_t steps_per_epoch = std::max<int64_t>(

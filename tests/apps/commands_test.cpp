@@ -189,6 +189,75 @@ TEST_F(Commands, TheDemoConfigTrainsAndItsLossFalls) {
   EXPECT_NE(r.out.find("step 30/30 | epoch"), std::string::npos) << r.out;
 }
 
+// A chat_template dataset through a tokenizer.json end to end: a tiny random Llama whose
+// vocabulary covers the Qwen3 stand-in tokenizer (with a ChatML template) trains, its loss falls,
+// and `qtrain preprocess` writes the samples scripts/reference/chat_data_reference.py makes with
+// transformers.
+TEST_F(Commands, AChatDatasetTrainsThroughTheModelsTokenizer) {
+  const char* fixtures = std::getenv("QTRAIN_FIXTURES");
+  if (!fixtures) GTEST_SKIP() << "QTRAIN_FIXTURES is not set";
+  const auto model = dir_ / "chat-llama";
+  auto config = engine::model::preset_config(engine::model::Architecture::llama, "tiny");
+  config.vocab_size = 4096;  // the stand-in tokenizer's 4026 ids
+  engine::model::write_random_model(model, config, /*seed=*/3);
+  const fs::path tokenizer = fs::path(fixtures) / "tokenizers" / "qwen3";
+  fs::copy_file(tokenizer / "tokenizer.json", model / "tokenizer.json");
+  auto tokenizer_config = nlohmann::ordered_json::parse(std::ifstream(tokenizer / "tokenizer_config.json"));
+  tokenizer_config["chat_template"] =
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+      "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  std::ofstream(model / "tokenizer_config.json") << tokenizer_config.dump();
+  {
+    std::ofstream data(dir_ / "chats.jsonl");
+    for (int i = 0; i < 8; ++i) {
+      data << nlohmann::json{{"messages",
+                              {{{"role", "system"}, {"content", "You answer in one word."}},
+                               {{"role", "user"}, {"content", "Name colour number " + std::to_string(i % 4)}},
+                               {{"role", "assistant"},
+                                {"content", std::vector<std::string>{"red", "green", "blue", "black"}[i % 4]}}}}}
+                  .dump()
+           << "\n";
+    }
+  }
+  std::ofstream(dir_ / "chat.yaml") << "base_model: " << model.string() << "\n"
+                                    << "adapter: lora\nlora_r: 8\nlora_alpha: 16\nlora_target_linear: true\n"
+                                    << "datasets:\n  - path: chats.jsonl\n    type: chat_template\n"
+                                    << "sequence_len: 64\nmicro_batch_size: 4\nmax_steps: 12\nlearning_rate: 0.01\n"
+                                    << "logging_steps: 1\ndevice: cpu\nseed: 1\noutput_dir: "
+                                    << (dir_ / "chat-out").string() << "\n";
+  const auto r = run(qtrain() + " train " + (dir_ / "chat.yaml").string(), /*with_stderr=*/true);
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<double> losses;
+  std::ifstream metrics(dir_ / "chat-out" / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  }
+  ASSERT_EQ(losses.size(), 12u) << r.out;
+  for (const double l : losses) EXPECT_TRUE(std::isfinite(l));
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << "the loss must fall on 8 repeated conversations";
+
+  const auto out = dir_ / "chat.preprocessed.jsonl";
+  const auto p = run(qtrain() + " preprocess " + (dir_ / "chat.yaml").string() + " --out " + out.string(), true);
+  ASSERT_EQ(p.status, 0) << p.out;
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto reference = dir_ / "chat.reference.jsonl";
+  const auto ref =
+      run(python() + " " + QTRAIN_SOURCE_DIR + "/scripts/reference/chat_data_reference.py --tokenizer " +
+              model.string() + " --data " + (dir_ / "chats.jsonl").string() + " --out " + reference.string(),
+          true);
+  ASSERT_EQ(ref.status, 0) << ref.out;
+  const auto lines = [](const fs::path& f) {
+    std::vector<nlohmann::json> rows;
+    std::ifstream in(f);
+    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+    return rows;
+  };
+  const auto written = lines(out);
+  ASSERT_EQ(written.size(), 8u);
+  EXPECT_EQ(written, lines(reference));
+}
+
 TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   const auto out = dir_ / "tiny-qwen3";
   ASSERT_EQ(run(qtrain() + " init-model --arch qwen3 --preset tiny --seed 5 --out " + out.string()).status, 0);

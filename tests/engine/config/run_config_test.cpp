@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +23,15 @@ namespace fs = std::filesystem;
 using test::expect_error;
 
 const fs::path kBase = "/cfg/run";
+
+// A dataset entry with the defaults of every other key.
+DatasetConfig dataset_config(const fs::path& path, const std::string& type, const std::string& field) {
+  DatasetConfig d;
+  d.path = path;
+  d.type = type;
+  d.field = field;
+  return d;
+}
 
 RunConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
   return parse_run_config(text, "run.yaml", kBase, overrides);
@@ -184,9 +194,9 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_TRUE(c.peft_use_rslora);
   EXPECT_EQ(c.lora_model_dir, "/adapters/start");
   ASSERT_EQ(c.datasets.size(), 3u);
-  EXPECT_EQ(c.datasets[0], (DatasetConfig{"/cfg/run/data/train.jsonl", "completion", "body"}));
-  EXPECT_EQ(c.datasets[1], (DatasetConfig{"/data/alpaca.jsonl", "alpaca", "text"}));
-  EXPECT_EQ(c.datasets[2], (DatasetConfig{"/cfg/run/tokens.jsonl", "", "text"}));
+  EXPECT_EQ(c.datasets[0], dataset_config("/cfg/run/data/train.jsonl", "completion", "body"));
+  EXPECT_EQ(c.datasets[1], dataset_config("/data/alpaca.jsonl", "alpaca", "text"));
+  EXPECT_EQ(c.datasets[2], dataset_config("/cfg/run/tokens.jsonl", "", "text"));
   EXPECT_EQ(c.sequence_len, 4096);
   EXPECT_TRUE(c.sample_packing);
   EXPECT_TRUE(c.train_on_inputs);
@@ -334,7 +344,7 @@ TEST(RunConfigTest, Overrides) {
   EXPECT_EQ(c.lora_r, 16);
   EXPECT_EQ(c.lora_target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
   ASSERT_EQ(c.datasets.size(), 2u);
-  EXPECT_EQ(c.datasets[0], (DatasetConfig{"/cfg/run/data.jsonl", "alpaca", "text"}));
+  EXPECT_EQ(c.datasets[0], dataset_config("/cfg/run/data.jsonl", "alpaca", "text"));
   EXPECT_EQ(c.datasets[1].path, "/cfg/run/b.jsonl");
   EXPECT_EQ(c.seed, 2);
   EXPECT_EQ(c.learning_rate, 3e-4);
@@ -576,9 +586,28 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "datasets:\n  - path: a.jsonl\n    typ: alpaca\n",
        {},
        "run.yaml:5:5: datasets[0].typ: unknown key 'typ'; did you mean 'type'?"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n",
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: input_output\n",
        {},
-       "run.yaml:5:11: datasets[0].type: 'chat_template' is not one of completion, alpaca, pretokenized"},
+       "run.yaml:5:11: datasets[0].type: 'input_output' is not one of completion, alpaca, chat_template, pretokenized"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: completion\n    roles_to_train: [user]\n",
+       {},
+       "run.yaml:6:5: datasets[0].roles_to_train: roles_to_train applies only to type: chat_template (this "
+       "dataset's type is completion); remove it or set type: chat_template"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    train_on_eos: every\n",
+       {},
+       "run.yaml:6:19: datasets[0].train_on_eos: 'every' is not one of turn, all, last, none"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    chat_template: chatml\n",
+       {},
+       "run.yaml:6:5: datasets[0].chat_template: axolotl key 'chat_template' is not supported by qtrain; one "
+       "template serves every dataset: set the top-level chat_template"},
+      {kHead + "chat_template: chatml\n",
+       {},
+       "run.yaml:3:16: chat_template: 'chatml' is not one of tokenizer_default, jinja; use tokenizer_default"},
+      {kHead + "chat_template: jinja\n", {}, "run.yaml:3:1: chat_template: jinja needs chat_template_jinja"},
+      {kHead + "chat_template_jinja: missing.jinja\n",
+       {},
+       "chat_template_jinja: cannot read '/cfg/run/missing.jinja'; give the path of a .jinja file or the template "
+       "text itself"},
       {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    field: text\n",
        {},
        "run.yaml:6:5: datasets[0].field: field applies only to type: completion"},
@@ -693,6 +722,41 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
     EXPECT_EQ(parse_run_config(text, "saved.yaml", "/elsewhere"), c);
     EXPECT_EQ(to_yaml(parse_run_config(text, "saved.yaml", "/elsewhere")), text);
   }
+}
+
+TEST(RunConfigTest, ChatTemplateDatasetsReadAxolotlsKeys) {
+  const auto c = parse(
+      "base_model: m\nlora_target_linear: true\n"
+      "chat_template_jinja: \"{% for m in messages %}{{ m['content'] }}{% endfor %}\"\n"
+      "eot_tokens: [\"<|im_end|>\"]\n"
+      "datasets:\n"
+      "  - path: chats.jsonl\n    type: chat_template\n    field_messages: conversations\n"
+      "    message_property_mappings: {role: from, content: value}\n"
+      "    roles: {user: [asker], assistant: [bot, model]}\n"
+      "    roles_to_train: [user, assistant]\n    train_on_eos: last\n"
+      "  - path: more.jsonl\n    type: chat_template\n");
+  EXPECT_EQ(c.chat_template, "jinja");  // implied by chat_template_jinja
+  ASSERT_EQ(c.datasets.size(), 2u);
+  const auto& d = c.datasets[0];
+  EXPECT_EQ(d.field_messages, "conversations");
+  EXPECT_EQ(d.message_role, "from");
+  EXPECT_EQ(d.message_content, "value");
+  EXPECT_EQ(d.roles,
+            (std::map<std::string, std::string>{{"asker", "user"}, {"bot", "assistant"}, {"model", "assistant"}}));
+  EXPECT_EQ(d.roles_to_train, (std::vector<std::string>{"user", "assistant"}));
+  EXPECT_EQ(d.train_on_eos, "last");
+  // The top-level keys apply to every dataset.
+  for (const auto& each : c.datasets) {
+    EXPECT_EQ(each.chat_template_source, "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+    EXPECT_EQ(each.eot_tokens, (std::vector<std::string>{"<|im_end|>"}));
+  }
+  // axolotl's defaults.
+  const auto& plain = c.datasets[1];
+  EXPECT_EQ(plain.field_messages, "messages");
+  EXPECT_EQ(plain.message_role, "role");
+  EXPECT_EQ(plain.roles_to_train, (std::vector<std::string>{"assistant"}));
+  EXPECT_EQ(plain.train_on_eos, "turn");
+  EXPECT_EQ(parse(to_yaml(c)), c);
 }
 
 TEST(RunConfigTest, ToYamlWritesEveryKeyOnceInOrder) {

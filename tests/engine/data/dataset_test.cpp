@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/data/byte_tokenizer.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -158,14 +159,12 @@ TEST_F(DatasetTest, BadFilesAndTypes) {
   // Upper case is still JSONL.
   EXPECT_EQ(load_dataset(file(row, "completion", "DATA.JSONL"), &tok_, 8, false).size(), 1u);
 
-  for (const std::string type : {"completion", "alpaca"}) {
+  for (const std::string type : {"completion", "alpaca", "chat_template"}) {
     expect_error([&] { load_dataset(file(row, type), nullptr, 8, false); },
-                 "data.jsonl: dataset type '" + type +
-                     "' needs a tokenizer; this model has none built in yet (Hugging Face tokenizer.json support "
-                     "comes later): use a pre-tokenized JSONL");
+                 "data.jsonl: dataset type '" + type + "' needs a tokenizer; this model has no tokenizer.json");
   }
   expect_error([&] { load_dataset(file(row, "sharegpt"), &tok_, 8, false); },
-               "dataset type 'sharegpt' is not one of completion, alpaca, pretokenized");
+               "dataset type 'sharegpt' is not one of completion, alpaca, chat_template, pretokenized");
   config::DatasetConfig missing;
   missing.path = dir_ / "absent.jsonl";
   missing.type = "completion";

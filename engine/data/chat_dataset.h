@@ -1,0 +1,22 @@
+// `type: chat_template` datasets: each row holds a conversation (axolotl's layout,
+// {"messages": [{"role": ..., "content": ...}, ...]}), rendered with the model's chat template and
+// masked so that only the turns of `roles_to_train` (and their end-of-turn tokens) are trained.
+// See Note [Chat labels from character spans].
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "engine/config/run_config.h"
+#include "engine/data/pretokenized.h"
+#include "engine/data/text_tokenizer.h"
+
+namespace qtrain::engine::data {
+
+// Every row of `d.path` as a sample (before truncation and dropping; see load_dataset). Errors
+// name the file, line, field and fix.
+std::vector<Sample> read_chat_template(const config::DatasetConfig& d, const TextTokenizer& tokenizer);
+
+}  // namespace qtrain::engine::data

@@ -1,0 +1,17 @@
+// Which tokenizer a model's text datasets go through; decided once, here.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+
+#include "engine/data/text_tokenizer.h"
+
+namespace qtrain::engine::data {
+
+// `base_model`/tokenizer.json: that tokenizer (HfTokenizer); its ids must fit `vocab_size` (the
+// model's embedding rows). No tokenizer file and a vocabulary that holds the built-in byte
+// tokenizer's ids (the demo model): ByteTokenizer. Otherwise null: only pre-tokenized data.
+std::unique_ptr<TextTokenizer> model_tokenizer(const std::filesystem::path& base_model, int64_t vocab_size);
+
+}  // namespace qtrain::engine::data

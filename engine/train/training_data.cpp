@@ -1,0 +1,102 @@
+// See training_data.h.
+#include "engine/train/training_data.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/data/dataset.h"
+#include "engine/data/model_tokenizer.h"
+#include "engine/data/prepared_cache.h"
+#include "engine/io/hf_folder.h"
+
+namespace qtrain::engine::train {
+
+std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size) {
+  for (const auto& d : c.datasets) {
+    if (!d.type.empty() && d.type != "pretokenized") return data::model_tokenizer(c.base_model, vocab_size);
+  }
+  return nullptr;
+}
+
+namespace {
+
+// What shapes a dataset's samples besides the tokenizer and data files. See Note [Prepared
+// dataset cache].
+std::string sample_settings(const config::RunConfig& c, const config::DatasetConfig& d, bool has_tokenizer) {
+  return nlohmann::json{{"type", d.type},
+                        {"field", d.field},
+                        {"field_messages", d.field_messages},
+                        {"message_role", d.message_role},
+                        {"message_content", d.message_content},
+                        {"roles", d.roles},
+                        {"roles_to_train", d.roles_to_train},
+                        {"train_on_eos", d.train_on_eos},
+                        {"chat_template_source", d.chat_template_source},
+                        {"eot_tokens", d.eot_tokens},
+                        {"sequence_len", c.sequence_len},
+                        {"train_on_inputs", c.train_on_inputs},
+                        {"has_tokenizer", has_tokenizer}}
+      .dump();
+}
+
+std::vector<data::Sample> load_one(const config::RunConfig& c,
+                                   const config::DatasetConfig& d,
+                                   const data::TextTokenizer* tokenizer) {
+  std::string key;
+  if (!c.dataset_prepared_path.empty()) {
+    key = data::prepared_key({c.base_model / "tokenizer.json", c.base_model / "tokenizer_config.json", d.path},
+                             sample_settings(c, d, tokenizer != nullptr));
+    if (auto cached = data::read_prepared(c.dataset_prepared_path, key)) {
+      std::printf("data: %s: %zu samples from %s\n",
+                  d.path.c_str(),
+                  cached->size(),
+                  data::prepared_file(c.dataset_prepared_path, key).c_str());
+      return std::move(*cached);
+    }
+  }
+  data::DatasetStats stats;
+  auto samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats);
+  std::printf("data: %s: %lld rows, %lld truncated to %lld tokens, %lld without predicted tokens dropped\n",
+              d.path.c_str(),
+              static_cast<long long>(stats.rows),
+              static_cast<long long>(stats.truncated),
+              static_cast<long long>(c.sequence_len),
+              static_cast<long long>(stats.dropped));
+  if (!key.empty()) data::write_prepared(c.dataset_prepared_path, key, samples);
+  return samples;
+}
+
+}  // namespace
+
+std::vector<data::Sample> load_training_samples(const config::RunConfig& c, const data::TextTokenizer* tokenizer) {
+  TORCH_CHECK(!c.datasets.empty(), "the config lists no datasets; add e.g.\n  datasets:\n    - path: train.jsonl");
+  std::vector<data::Sample> all;
+  for (const auto& d : c.datasets) {
+    auto s = load_one(c, d, tokenizer);
+    all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
+  }
+  return all;
+}
+
+int64_t write_preprocessed(const config::RunConfig& c, const std::filesystem::path& out) {
+  const auto model_config = io::read_config_json(c.base_model);
+  const auto vocab = model_config.find("vocab_size");
+  TORCH_CHECK(vocab != model_config.end() && vocab->is_number_integer(),
+              (c.base_model / "config.json").string(),
+              ": no integer \"vocab_size\"; the model folder's config.json must name its vocabulary size");
+  const auto tokenizer = run_tokenizer(c, vocab->get<int64_t>());
+  const auto samples = load_training_samples(c, tokenizer.get());
+  std::ofstream file(out, std::ios::binary | std::ios::trunc);
+  TORCH_CHECK(file.good(), out.string(), ": cannot write; check that its folder exists and is writable");
+  for (const auto& s : samples) {
+    file << nlohmann::json{{"input_ids", s.input_ids}, {"labels", s.labels}}.dump() << "\n";
+  }
+  file.close();
+  TORCH_CHECK(file.good(), out.string(), ": writing failed (disk full?)");
+  return static_cast<int64_t>(samples.size());
+}
+
+}  // namespace qtrain::engine::train

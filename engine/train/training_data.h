@@ -1,0 +1,31 @@
+// The training samples of a run: every dataset of the config through the model's tokenizer
+// (engine/data/model_tokenizer.h), in config order, before the split, shuffling and packing.
+// The trainer and `qtrain preprocess` read data through here, so both see the same samples.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "engine/config/run_config.h"
+#include "engine/data/pretokenized.h"
+#include "engine/data/text_tokenizer.h"
+
+namespace qtrain::engine::train {
+
+// The tokenizer of base_model (data::model_tokenizer) when a dataset is text (completion, alpaca,
+// chat_template); null when every dataset is pre-tokenized, so that such runs never read
+// tokenizer files.
+std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size);
+
+// Prints one line per dataset (rows, truncated, dropped) to stdout. With dataset_prepared_path, a
+// dataset whose entry is cached is read from there, and one that is not is stored there.
+std::vector<data::Sample> load_training_samples(const config::RunConfig& c, const data::TextTokenizer* tokenizer);
+
+// `qtrain preprocess`: the samples as JSONL, one {"input_ids": [...], "labels": [...]} per line,
+// written to `out` (replaced). Reads base_model's config.json and tokenizer files, not its
+// weights. Returns the number of samples written.
+int64_t write_preprocessed(const config::RunConfig& c, const std::filesystem::path& out);
+
+}  // namespace qtrain::engine::train

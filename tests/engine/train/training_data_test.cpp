@@ -1,0 +1,93 @@
+// Tests for engine/train/training_data and engine/data/prepared_cache: dataset_prepared_path
+// stores the samples once and reads them back, and any change of the data, the tokenizer files or
+// a sample-shaping key gives another entry, so a stale one is never read.
+#include "engine/train/training_data.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/data/byte_tokenizer.h"
+#include "engine/data/prepared_cache.h"
+#include "tests/temp_dir.h"
+
+namespace qtrain::engine::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+size_t entries(const fs::path& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".jsonl";
+  return n;
+}
+
+class TrainingDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::fresh_test_dir(/*create=*/true);
+    std::ofstream(dir_ / "data.jsonl") << "{\"text\": \"hello\"}\n{\"text\": \"world\"}\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  config::RunConfig run_config(int sequence_len = 16) const {
+    return config::parse_run_config(
+        "base_model: model\nlora_target_linear: true\nsequence_len: " + std::to_string(sequence_len) +
+            "\ndataset_prepared_path: prepared\n"
+            "datasets:\n  - path: data.jsonl\n    type: completion\n",
+        "run.yaml",
+        dir_);
+  }
+
+  fs::path dir_;
+  data::ByteTokenizer tok_;
+};
+
+TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
+  const auto c = run_config();
+  const auto first = load_training_samples(c, &tok_);
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_EQ(entries(dir_ / "prepared"), 1u);
+  const auto again = load_training_samples(c, &tok_);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[1].input_ids, first[1].input_ids);
+  EXPECT_EQ(again[1].labels, first[1].labels);
+  EXPECT_EQ(entries(dir_ / "prepared"), 1u);
+
+  // The entry is what is read: replace it and the run sees the replacement.
+  const auto entry = fs::directory_iterator(dir_ / "prepared")->path();
+  std::ofstream(entry) << "{\"input_ids\": [7, 8], \"labels\": [7, 8]}\n";
+  EXPECT_EQ(load_training_samples(c, &tok_).size(), 1u);
+
+  // A change of the data file, of a sample-shaping key or of the tokenizer files is another entry.
+  std::ofstream(dir_ / "data.jsonl") << "{\"text\": \"hello\"}\n{\"text\": \"there\"}\n{\"text\": \"x\"}\n";
+  EXPECT_EQ(load_training_samples(c, &tok_).size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 2u);
+  EXPECT_EQ(load_training_samples(run_config(3), &tok_)[0].input_ids.size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 3u);
+  fs::create_directories(dir_ / "model");
+  std::ofstream(dir_ / "model" / "tokenizer_config.json") << "{}";
+  EXPECT_EQ(load_training_samples(c, &tok_).size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 4u);
+}
+
+TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
+  const auto dir = test::fresh_test_dir(/*create=*/true);
+  std::ofstream(dir / "a") << "ab";
+  std::ofstream(dir / "b") << "";
+  const auto key = data::prepared_key({dir / "a"}, "s");
+  EXPECT_EQ(key.size(), 16u);
+  EXPECT_EQ(data::prepared_key({dir / "a"}, "s"), key);
+  EXPECT_NE(data::prepared_key({dir / "a"}, "t"), key);
+  EXPECT_NE(data::prepared_key({dir / "b"}, "s"), data::prepared_key({dir / "missing"}, "s"));
+  std::ofstream(dir / "a") << "ac";
+  EXPECT_NE(data::prepared_key({dir / "a"}, "s"), key);
+  EXPECT_FALSE(data::read_prepared(dir, key).has_value());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::train
