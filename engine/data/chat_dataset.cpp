@@ -67,7 +67,9 @@ struct Turn {
   std::string content;
 };
 
-std::vector<Turn> read_turns(const nlohmann::json& row, const config::DatasetConfig& d, const std::string& where) {
+std::vector<Turn> read_turns(const nlohmann::ordered_json& row,
+                             const config::DatasetConfig& d,
+                             const std::string& where) {
   const auto& field = d.field_messages;
   const auto it = row.find(field);
   TORCH_CHECK(it != row.end() && !it->is_null(),
@@ -164,12 +166,12 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d, const Tex
   const std::set<std::string> trained_roles(d.roles_to_train.begin(), d.roles_to_train.end());
 
   std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
     const auto turns = read_turns(row, d, where);
     text::ChatTemplateInput input;
     for (const auto& t : turns) input.messages.push_back({{"role", t.role}, {"content", t.content}});
     if (const auto tools = row.find("tools"); tools != row.end() && !tools->is_null()) {
-      input.tools = nlohmann::ordered_json::parse(tools->dump());
+      input.tools = *tools;  // in the file's key order, as the template's tojson writes it
     }
     input.variables["bos_token"] = tokenizer.bos_token();
     input.variables["eos_token"] = tokenizer.eos_token();

@@ -15,7 +15,7 @@ namespace {
 
 // A string field of a text row. `optional`: absent or null reads as "" (alpaca's input);
 // otherwise missing and empty values are errors.
-std::string string_field(const nlohmann::json& row,
+std::string string_field(const nlohmann::ordered_json& row,
                          const std::string& key,
                          const std::string& where,
                          const std::string& format_hint,
@@ -38,7 +38,7 @@ std::string string_field(const nlohmann::json& row,
   return value;
 }
 
-std::string keys_of(const nlohmann::json& row) {
+std::string keys_of(const nlohmann::ordered_json& row) {
   std::string keys;
   for (const auto& [key, value] : row.items()) keys += (keys.empty() ? "" : ", ") + key;
   return keys.empty() ? "none" : keys;
@@ -58,7 +58,7 @@ void append(std::vector<int64_t>& ids, std::vector<int64_t>& labels, const std::
 std::vector<Sample> read_completion(const config::DatasetConfig& d, const TextTokenizer& tokenizer) {
   const std::string field = d.field.empty() ? "text" : d.field;
   std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
     const auto hint = "a completion row holds its text in \"" + field + "\" (this row has keys: " + keys_of(row) +
                       "); set the dataset's `field:` to the key that holds the text";
     const auto text = string_field(row, field, where, hint);
@@ -77,7 +77,7 @@ std::vector<Sample> read_completion(const config::DatasetConfig& d, const TextTo
 std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const TextTokenizer& tokenizer, bool train_on_inputs) {
   static const std::string hint = "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
   std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
     const auto instruction = string_field(row, "instruction", where, hint);
     const auto input = string_field(row, "input", where, hint, /*optional=*/true);
     const auto output = string_field(row, "output", where, hint);

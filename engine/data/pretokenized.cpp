@@ -9,7 +9,7 @@
 namespace qtrain::engine::data {
 namespace {
 
-std::vector<int64_t> int_list(const nlohmann::json& row, const char* key, const std::string& where) {
+std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key, const std::string& where) {
   const auto& v = row.at(key);
   TORCH_CHECK(v.is_array(), where, ": \"", key, "\" must be a list of integers, got ", v.type_name());
   std::vector<int64_t> out;
@@ -23,8 +23,9 @@ std::vector<int64_t> int_list(const nlohmann::json& row, const char* key, const 
 
 }  // namespace
 
-int64_t for_each_jsonl_row(const std::filesystem::path& path,
-                           const std::function<void(const nlohmann::json& row, const std::string& where)>& visit) {
+int64_t for_each_jsonl_row(
+    const std::filesystem::path& path,
+    const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit) {
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   int64_t rows = 0;
@@ -32,9 +33,9 @@ int64_t for_each_jsonl_row(const std::filesystem::path& path,
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = path.string() + ":" + std::to_string(lineno);
-    nlohmann::json row;
+    nlohmann::ordered_json row;
     try {
-      row = nlohmann::json::parse(line);
+      row = nlohmann::ordered_json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, where, ": not valid JSON (", e.what(), "); each line must be one JSON object");
     }
@@ -48,7 +49,7 @@ int64_t for_each_jsonl_row(const std::filesystem::path& path,
 std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   std::vector<Sample> samples;
-  for_each_jsonl_row(path, [&](const nlohmann::json& row, const std::string& where) {
+  for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
     TORCH_CHECK(row.contains("input_ids"),
                 where,
                 ": a pre-tokenized row needs \"input_ids\"; for text rows give the dataset a type "

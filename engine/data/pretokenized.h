@@ -25,8 +25,9 @@ struct Sample {
 // Calls `visit(row, where)` for each non-blank line of a JSONL file, `where` being "file:line"
 // for messages. Unreadable files, invalid JSON and lines that are not JSON objects are errors
 // that name the file and line. Returns the number of rows visited.
-int64_t for_each_jsonl_row(const std::filesystem::path& path,
-                           const std::function<void(const nlohmann::json& row, const std::string& where)>& visit);
+int64_t for_each_jsonl_row(
+    const std::filesystem::path& path,
+    const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit);
 
 // Every error names the file, the line and the fix. Empty lines are skipped.
 std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len);

@@ -239,6 +239,21 @@ TEST_F(ChatDatasetTest, ATokenizerWithoutATemplateNeedsChatTemplateJinja) {
   EXPECT_EQ(samples[0].labels, labels);
 }
 
+// A row's tools reach the template as the file writes them: tojson keeps the key order.
+TEST_F(ChatDatasetTest, ToolsKeepTheirKeyOrder) {
+  const ByteTokenizer bytes;
+  auto d = file(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], )"
+                R"("tools": [{"name": "f", "description": "d", "parameters": {"type": "object", "required": []}}]})"
+                "\n");
+  d.chat_template_source = "{{ tools | tojson }}\n{% for m in messages %}{{ m['content'] }}\n{% endfor %}";
+  const auto samples = load_dataset(d, &bytes, 256, false);
+  ASSERT_EQ(samples.size(), 1u);
+  const std::string text(samples[0].input_ids.begin(), samples[0].input_ids.end());
+  EXPECT_EQ(
+      text,
+      "[{\"name\": \"f\", \"description\": \"d\", \"parameters\": {\"type\": \"object\", \"required\": []}}]\na\nb\n");
+}
+
 // Completion and alpaca through a tokenizer.json, as axolotl: tokenizer(text) with the family's
 // special tokens (a BOS for Llama 3), EOS appended; alpaca's response without special tokens.
 TEST_F(ChatDatasetTest, CompletionAndAlpacaUseTheTokenizersSpecialTokens) {
