@@ -8,7 +8,6 @@
 #include <limits>
 
 #include <c10/util/Exception.h>
-#include <nlohmann/json.hpp>
 
 #include "engine/io/durable_file.h"
 
@@ -66,9 +65,7 @@ void write_prepared(const std::filesystem::path& dir, const std::string& key, co
               ": cannot create the dataset_prepared_path folder (",
               error.message(),
               "); set dataset_prepared_path to a writable folder or remove the key");
-  std::string text;
-  for (const auto& s : samples) text += nlohmann::json{{"input_ids", s.input_ids}, {"labels", s.labels}}.dump() + "\n";
-  io::write_file_atomic(prepared_file(dir, key), text);
+  io::write_file_atomic(prepared_file(dir, key), pretokenized_jsonl(samples));
 }
 
 }  // namespace qtrain::engine::data

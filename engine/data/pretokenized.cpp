@@ -149,4 +149,12 @@ Batch make_batch(const std::vector<Sample>& samples, size_t begin, size_t end, i
   return make_batch_from_rows(samples, rows, static_cast<int64_t>(longest), pad_id);
 }
 
+std::string pretokenized_jsonl(const std::vector<Sample>& samples) {
+  std::string text;
+  for (const auto& s : samples) {
+    text += nlohmann::ordered_json{{"input_ids", s.input_ids}, {"labels", s.labels}}.dump() + "\n";
+  }
+  return text;
+}
+
 }  // namespace qtrain::engine::data

@@ -32,6 +32,10 @@ int64_t for_each_jsonl_row(
 // Every error names the file, the line and the fix. Empty lines are skipped.
 std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len);
 
+// `samples` as the JSONL that read_pretokenized_jsonl reads: {"input_ids": [...], "labels": [...]}
+// per line.
+std::string pretokenized_jsonl(const std::vector<Sample>& samples);
+
 // Note [Packed batch layout]
 // A row of a batch holds one sample or, with sample packing, several samples back to back
 // followed by padding. segment_ids say which sample of its row each token belongs to (0, 1, ...;

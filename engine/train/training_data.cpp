@@ -10,7 +10,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/prepared_cache.h"
-#include "engine/io/hf_folder.h"
+#include "engine/train/run_plan.h"
 
 namespace qtrain::engine::train {
 
@@ -82,18 +82,11 @@ std::vector<data::Sample> load_training_samples(const config::RunConfig& c, cons
 }
 
 int64_t write_preprocessed(const config::RunConfig& c, const std::filesystem::path& out) {
-  const auto model_config = io::read_config_json(c.base_model);
-  const auto vocab = model_config.find("vocab_size");
-  TORCH_CHECK(vocab != model_config.end() && vocab->is_number_integer(),
-              (c.base_model / "config.json").string(),
-              ": no integer \"vocab_size\"; the model folder's config.json must name its vocabulary size");
-  const auto tokenizer = run_tokenizer(c, vocab->get<int64_t>());
+  const auto tokenizer = run_tokenizer(c, read_model_config(c.base_model).vocab_size);
   const auto samples = load_training_samples(c, tokenizer.get());
   std::ofstream file(out, std::ios::binary | std::ios::trunc);
   TORCH_CHECK(file.good(), out.string(), ": cannot write; check that its folder exists and is writable");
-  for (const auto& s : samples) {
-    file << nlohmann::json{{"input_ids", s.input_ids}, {"labels", s.labels}}.dump() << "\n";
-  }
+  file << data::pretokenized_jsonl(samples);
   file.close();
   TORCH_CHECK(file.good(), out.string(), ": writing failed (disk full?)");
   return static_cast<int64_t>(samples.size());
