@@ -21,12 +21,13 @@ std::unique_ptr<TextTokenizer> model_tokenizer(const std::filesystem::path& base
                 "; the tokenizer belongs to another model (qtrain does not resize embeddings)");
     return tokenizer;
   }
-  // A SentencePiece-only folder (tokenizer.model) is not read: its ids are not the byte tokenizer's.
-  const ByteTokenizer byte_tokenizer;
-  if (!std::filesystem::exists(base_model / "tokenizer.model") && vocab_size >= byte_tokenizer.vocab_size()) {
-    return std::make_unique<ByteTokenizer>();
-  }
+  if (uses_byte_tokenizer(base_model, vocab_size)) return std::make_unique<ByteTokenizer>();
   return nullptr;
+}
+
+bool uses_byte_tokenizer(const std::filesystem::path& base_model, int64_t vocab_size) {
+  return !std::filesystem::exists(base_model / "tokenizer.json") &&
+         !std::filesystem::exists(base_model / "tokenizer.model") && vocab_size >= ByteTokenizer().vocab_size();
 }
 
 }  // namespace qtrain::engine::data

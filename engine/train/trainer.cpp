@@ -10,6 +10,7 @@
 
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
+#include "engine/data/model_tokenizer.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/lora/attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -123,11 +124,9 @@ TrainResult train(const config::RunConfig& c) {
   // Data, through the model's tokenizer (See training_data.h).
   const auto tokenizer = run_tokenizer(c, lm.config().vocab_size);
   // Pre-tokenized data pads as before: the byte tokenizer's PAD on the demo model, else 0.
-  const data::ByteTokenizer byte_tokenizer;
-  const bool demo_vocab = !fs::exists(c.base_model / "tokenizer.json") &&
-                          !fs::exists(c.base_model / "tokenizer.model") &&
-                          lm.config().vocab_size >= byte_tokenizer.vocab_size();
-  const auto pad_id = tokenizer ? tokenizer->pad_id() : demo_vocab ? byte_tokenizer.pad() : 0;
+  const auto pad_id = tokenizer                                                         ? tokenizer->pad_id()
+                      : data::uses_byte_tokenizer(c.base_model, lm.config().vocab_size) ? data::ByteTokenizer().pad()
+                                                                                        : 0;
   auto split =
       data::split_for_eval(load_training_samples(c, tokenizer.get()), c.val_set_size, static_cast<uint64_t>(c.seed));
   data::DataLoader loader(
