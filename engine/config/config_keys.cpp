@@ -33,6 +33,7 @@ const std::vector<std::string> kKeys = {
     "chat_template",
     "chat_template_jinja",
     "eot_tokens",
+    "special_tokens",
     "dataset_prepared_path",
     "val_set_size",
     "micro_batch_size",
@@ -59,9 +60,13 @@ const std::vector<std::string> kKeys = {
     "gpu_memory_limit",
     "output_dir",
     "save_steps",
+    "saves_per_epoch",
     "save_total_limit",
     "logging_steps",
+    "loss_watchdog_threshold",
+    "loss_watchdog_patience",
     "eval_steps",
+    "evals_per_epoch",
     "seed",
     "resume_from_checkpoint",
     "use_tensorboard",
@@ -82,22 +87,13 @@ const std::vector<std::string> kDatasetKeys = {
 // something other than what the config says.
 const std::vector<RefusedKey> kRefused = {
     {"deepspeed", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
-    {"fsdp", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
-    {"fsdp_config", "qtrain's multi-GPU runs do not use DeepSpeed or FSDP; remove the key"},
     {"s2_attention", "shifted-sparse attention is not implemented; remove the key"},
-    {"model_type", "qtrain reads the architecture from base_model's config.json; remove the key"},
-    {"tokenizer_type", "qtrain reads the tokenizer from base_model's folder; remove the key"},
-    {"trust_remote_code", "qtrain runs no model code from the model folder; remove the key"},
     {"gptq", "GPTQ bases are not supported; use a float base with load_in_4bit or load_in_8bit"},
     {"quantize_moe_experts", "quantizing fused MoE experts is not supported; remove the key"},
-    {"special_tokens", "qtrain uses the tokenizer's special tokens as they are; remove the key"},
     {"tokens", "adding tokens (resizing the embeddings) is not supported; remove the key"},
     {"lora_modules_to_save", "only LoRA adapters are trained; modules cannot be trained in full"},
     {"lora_fan_in_fan_out", "no supported model stores its weights transposed; remove the key"},
     {"lora_target_parameters", "LoRA on raw parameters is not supported; target modules with lora_target_modules"},
-    {"lora_mlp_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
-    {"lora_qkv_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
-    {"lora_o_kernel", "qtrain's LoRA layers need no kernel switches; remove the key"},
     {"relora_steps", "ReLoRA is not supported; remove the key"},
     {"loraplus_lr_ratio", "LoRA+ is not supported (A and B share learning_rate); remove the key"},
     {"peft_use_dora", "DoRA is not supported; use plain LoRA (optionally peft_use_rslora: true)"},
@@ -105,11 +101,8 @@ const std::vector<RefusedKey> kRefused = {
     {"activation_offloading", "activation offloading is not supported; remove the key"},
     {"layer_offloading",
      "qtrain streams layers from host RAM with its own keys: offload_layers: auto (see `qtrain plan`); remove the key"},
-    {"eval_sample_packing", "qtrain has no separate packing setting for evaluation; remove the key"},
     {"group_by_length", "grouping samples by length is not supported; remove the key"},
     {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
-    {"saves_per_epoch", "use save_steps"},
-    {"evals_per_epoch", "use eval_steps"},
     {"save_strategy", "use save_steps"},
     {"save_safetensors", "qtrain always writes safetensors; remove the key"},
     {"auto_resume_from_checkpoints", "use resume_from_checkpoint: true"},
@@ -143,11 +136,13 @@ const std::vector<RefusedKey> kRefusedDatasetKeys = {
 };
 
 // Note [Performance hints]
-// axolotl configs carry switches that pick kernels or compilers in the Python stack. They change
-// speed, not what is trained, and qtrain chooses its kernels itself; so they are accepted with any
-// value, and a run names them once ("accepted and ignored: ...") instead of failing on a config
-// that trains the same either way. A key that would change the result is refused instead (see
-// Note [Recognised axolotl keys]).
+// axolotl configs carry switches that pick kernels, compilers or multi-GPU sharding in the Python
+// stack, and names of the classes axolotl loads with. They do not change what is trained, and
+// qtrain chooses its kernels and weight placement itself; so they are accepted with any value,
+// and a run names them once ("accepted and ignored: ...") instead of failing on a config that
+// trains the same either way. A `default_value` (AutoModelForCausalLM) asks for what qtrain does
+// and is not named. A key that would change the result is refused instead (see Note [Recognised
+// axolotl keys]).
 const std::vector<IgnoredKey> kIgnored = {
     {"flash_attention", "qtrain chooses its attention kernel itself"},
     {"sdp_attention", "qtrain chooses its attention kernel itself"},
@@ -166,6 +161,19 @@ const std::vector<IgnoredKey> kIgnored = {
     {"dataloader_num_workers", "qtrain's data loading is in process"},
     {"dataloader_pin_memory", "qtrain pins batches where it copies them to a GPU"},
     {"dataloader_prefetch_factor", "qtrain's data loading is in process"},
+    {"lora_mlp_kernel", "qtrain's LoRA layers pick their kernels themselves"},
+    {"lora_qkv_kernel", "qtrain's LoRA layers pick their kernels themselves"},
+    {"lora_o_kernel", "qtrain's LoRA layers pick their kernels themselves"},
+    {"fused_attn_kernel", "qtrain chooses its attention kernel itself"},
+    {"eval_sample_packing", "evaluation batches are not packed; training is the same"},
+    {"fsdp", "FSDP shards the same training over GPUs; qtrain places weights itself (offload_layers)"},
+    {"fsdp_config", "FSDP shards the same training over GPUs; qtrain places weights itself (offload_layers)"},
+    {"ddp_find_unused_parameters", "a DDP setting; qtrain's LoRA parameters all take part in every step"},
+    {"trust_remote_code", "qtrain runs no code from the model folder; its architectures are built in"},
+    // The class or tokenizer axolotl loads with: qtrain builds the model config.json names and reads
+    // tokenizer.json, so the Auto classes are what it does already and any other name is noted.
+    {"model_type", "qtrain builds the architecture config.json names", false, "AutoModelForCausalLM"},
+    {"tokenizer_type", "qtrain reads tokenizer.json (the fast tokenizer)", false, "AutoTokenizer"},
 };
 
 }  // namespace

@@ -28,11 +28,13 @@ const std::vector<RefusedKey>& refused_dataset_keys();
 const RefusedKey* find_refused(const std::vector<RefusedKey>& table, const std::string& key);
 
 // An axolotl switch that changes speed, not what is trained: accepted with any value and named in
-// RunConfig::ignored_keys. `prefix`: every key that starts with `key` (liger_*).
+// RunConfig::ignored_keys. `prefix`: every key that starts with `key` (liger_*). `default_value`:
+// a value that asks for what qtrain does anyway, accepted without naming the key.
 struct IgnoredKey {
   const char* key;
   const char* why;
   bool prefix = false;
+  const char* default_value = nullptr;
 };
 const std::vector<IgnoredKey>& ignored_keys();
 const IgnoredKey* find_ignored(const std::string& key);

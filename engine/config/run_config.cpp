@@ -281,7 +281,13 @@ class EntrySet {
         fail(entry.key_place(), key, "axolotl key '" + key + "' is not supported by qtrain; " + u->fix);
       }
     } else if (const IgnoredKey* k = find_ignored(key)) {
-      if (!is_off(entry.value)) ignored_.push_back(key + " (" + k->why + ")");
+      if (is_off(entry.value)) return;
+      if (!k->default_value) {
+        ignored_.push_back(key + " (" + k->why + ")");
+      } else if (!entry.value.IsScalar() || entry.value.Scalar() != k->default_value) {
+        ignored_.push_back(key + ": " + (entry.value.IsScalar() ? entry.value.Scalar() : shown(entry.value)) + " (" +
+                           k->why + ")");
+      }
     } else {
       std::vector<std::string> candidates = keys;
       candidates.push_back(kBnbKwargs);
@@ -766,6 +772,14 @@ class Reader {
 
 // --- the keys --------------------------------------------------------------------------------
 
+// One token of special_tokens; "" (as to_yaml writes an unset one) leaves the tokenizer's.
+std::string text_of_token(const Entry& e, const std::string& example) {
+  if (!e.value.IsScalar()) {
+    e.fail_value("expected a token, got " + shown(e.value) + "; write e.g. " + example);
+  }
+  return e.value.Scalar();
+}
+
 RunConfig read_config(Reader& r) {
   RunConfig c;
   c.base_model = r.path("base_model", "");
@@ -852,6 +866,31 @@ RunConfig read_config(Reader& r) {
     for (DatasetConfig& d : c.datasets) d.chat_template_source = source;
   });
   for (DatasetConfig& d : c.datasets) d.eot_tokens = c.eot_tokens;
+  r.guard({"special_tokens"}, [&] {
+    const Entry* e = r.find("special_tokens");
+    if (!e) return;
+    const std::string example = "special_tokens: {pad_token: \"<|end_of_text|>\"}";
+    if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
+    c.special_tokens.place = e->key_place();
+    for (const Entry& role : map_entries(e->value, e->origin, "special_tokens.")) {
+      const std::string name = role.key.substr(std::string("special_tokens.").size());
+      std::string* slot = name == "bos_token"   ? &c.special_tokens.bos_token
+                          : name == "eos_token" ? &c.special_tokens.eos_token
+                          : name == "pad_token" ? &c.special_tokens.pad_token
+                          : name == "unk_token" ? &c.special_tokens.unk_token
+                                                : nullptr;
+      if (!slot) {
+        fail(role.key_place(),
+             role.key,
+             name == "additional_special_tokens"
+                 ? "marking more tokens special changes how text containing them is split, which qtrain does not do; "
+                   "remove the key"
+                 : "qtrain reads bos_token, eos_token, pad_token and unk_token here; remove the key");
+      }
+      if (role.value.IsNull()) continue;
+      *slot = text_of_token(role, example);
+    }
+  });
   c.dataset_prepared_path = r.path("dataset_prepared_path", c.dataset_prepared_path);
   r.guard({"val_set_size"}, [&] {
     if (const Entry* e = r.find("val_set_size")) {
@@ -883,21 +922,32 @@ RunConfig read_config(Reader& r) {
   c.warmup_steps = r.integer("warmup_steps", c.warmup_steps, at_least(0), "use 0 (no warmup) or a step count");
   c.warmup_ratio = r.number(
       "warmup_ratio", c.warmup_ratio, unit_interval_open(), "use a fraction of the run such as 0.03, or 0 for none");
-  c.optimizer =
-      r.choice("optimizer",
-               c.optimizer,
-               {"adamw_torch"},
-               "use adamw_torch: the 8-bit variants keep the optimizer state in 8 bits, which changes "
-               "the updates, and LoRA's optimizer state is small enough to keep in 32 bits",
-               {{"adamw", "adamw_torch"}, {"adamw_torch_fused", "adamw_torch"}, {"paged_adamw_32bit", "adamw_torch"}});
+  c.optimizer = r.choice("optimizer",
+                         c.optimizer,
+                         {"adamw_torch"},
+                         "qtrain implements AdamW: use adamw_torch (also read from adamw, adamw_torch_fused, "
+                         "paged_adamw_32bit, adamw_8bit, adamw_bnb_8bit, paged_adamw_8bit and adamw_torch_4bit)",
+                         {{"adamw", "adamw_torch"},
+                          {"adamw_torch_fused", "adamw_torch"},
+                          {"paged_adamw_32bit", "adamw_torch"},
+                          {"adamw_8bit", "adamw_torch"},
+                          {"adamw_bnb_8bit", "adamw_torch"},
+                          {"paged_adamw_8bit", "adamw_torch"},
+                          {"adamw_torch_4bit", "adamw_torch"}});
   // The same AdamW, with another way to hold its state in memory: see Note [Performance hints].
   if (const Entry* e = r.find("optimizer"); e && e->value.IsScalar()) {
-    if (e->value.Scalar() == "adamw_torch_fused") {
+    const std::string& name = e->value.Scalar();
+    if (name == "adamw_torch_fused") {
       c.ignored_keys.push_back("optimizer: adamw_torch_fused (the same AdamW; fusing is a kernel choice)");
-    } else if (e->value.Scalar() == "paged_adamw_32bit") {
+    } else if (name == "paged_adamw_32bit") {
       c.ignored_keys.push_back(
           "optimizer: paged_adamw_32bit (the same AdamW; paging moves its state to host memory under pressure, "
           "and LoRA's state is small)");
+    } else if (name.ends_with("bit") && name != "adamw_torch") {
+      c.ignored_keys.push_back("optimizer: " + name + " (AdamW with its state rounded to " +
+                               (name.ends_with("4bit") ? "4" : "8") +
+                               " bits to save memory; qtrain keeps LoRA's small state in 32 bits, so the updates "
+                               "lack that rounding)");
     }
   }
   c.adam_beta1 = r.number("adam_beta1", c.adam_beta1, unit_interval_open(), "use a value in [0, 1), e.g. 0.9");
@@ -914,9 +964,14 @@ RunConfig read_config(Reader& r) {
         c.gradient_checkpointing = *on ? GradientCheckpointing::every_layer : GradientCheckpointing::off;
       } else if (e->value.IsScalar() && e->value.Scalar() == "every_kth") {
         c.gradient_checkpointing = GradientCheckpointing::every_kth;
+      } else if (e->value.IsScalar() && e->value.Scalar() == "offload") {
+        // axolotl's checkpointing with the saved layer inputs in host memory: the same recompute.
+        c.gradient_checkpointing = GradientCheckpointing::every_layer;
+        c.ignored_keys.push_back(
+            "gradient_checkpointing: offload (read as true: the same recompute, with the checkpoints kept on the "
+            "device)");
       } else {
-        e->fail_value("expected true, false or every_kth, got " + shown(e->value) +
-                      " (activation offloading is not supported)");
+        e->fail_value("expected true, false, offload or every_kth, got " + shown(e->value));
       }
     }
   });
@@ -1001,10 +1056,21 @@ RunConfig read_config(Reader& r) {
     }
   });
   c.save_steps = r.integer("save_steps", c.save_steps, at_least(0), "use 0 (save at the end only) or a step interval");
+  c.saves_per_epoch = r.integer("saves_per_epoch", c.saves_per_epoch, at_least(0), "use 0 (unset) or a count of saves");
   c.save_total_limit =
       r.integer("save_total_limit", c.save_total_limit, at_least(0), "use 0 (keep all) or the checkpoints to keep");
   c.logging_steps = r.integer("logging_steps", c.logging_steps, at_least(1), "use a step interval of 1 or more");
+  c.loss_watchdog_threshold = r.number("loss_watchdog_threshold",
+                                       c.loss_watchdog_threshold,
+                                       at_least(0),
+                                       "use 0 (off) or the loss above which the run stops, e.g. 5.0");
+  c.loss_watchdog_patience = r.integer("loss_watchdog_patience",
+                                       c.loss_watchdog_patience,
+                                       at_least(1),
+                                       "use the logged steps in a row above the threshold that stop the run, e.g. 3");
   c.eval_steps = r.integer("eval_steps", c.eval_steps, at_least(0), "use 0 (never) or a step interval");
+  c.evals_per_epoch =
+      r.integer("evals_per_epoch", c.evals_per_epoch, at_least(0), "use 0 (unset) or a count of evaluations");
   c.seed = r.integer("seed", c.seed, at_least(0), "use a non-negative integer");
   r.guard({"resume_from_checkpoint"}, [&] {
     if (const Entry* e = r.find("resume_from_checkpoint")) {
@@ -1072,6 +1138,22 @@ RunConfig read_config(Reader& r) {
       fail(r.place_of("fp16"),
            "fp16",
            "fp16 and bf16 (" + r.place_of("bf16") + ") are both on; choose one (bf16: false to train in fp16)");
+    }
+  });
+
+  // axolotl refuses these pairs too (src/axolotl/utils/schemas/validation.py).
+  r.guard({"saves_per_epoch", "save_steps"}, [&] {
+    if (c.saves_per_epoch > 0 && c.save_steps > 0) {
+      fail(r.place_of("saves_per_epoch"),
+           "saves_per_epoch",
+           "save_steps (" + r.place_of("save_steps") + ") is set too; they are two ways to say one thing, keep one");
+    }
+  });
+  r.guard({"evals_per_epoch", "eval_steps"}, [&] {
+    if (c.evals_per_epoch > 0 && c.eval_steps > 0) {
+      fail(r.place_of("evals_per_epoch"),
+           "evals_per_epoch",
+           "eval_steps (" + r.place_of("eval_steps") + ") is set too; they are two ways to say one thing, keep one");
     }
   });
 
@@ -1153,7 +1235,7 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
 
 std::string ignored_keys_note(const RunConfig& c) {
   if (c.ignored_keys.empty()) return "";
-  return "accepted and ignored (they change speed, not what is trained): " + join(c.ignored_keys, ", ");
+  return "accepted and ignored (they do not change what is trained): " + join(c.ignored_keys, ", ");
 }
 
 std::string to_yaml(const RunConfig& c) {
@@ -1216,6 +1298,9 @@ std::string to_yaml(const RunConfig& c) {
   std::vector<std::string> eot;
   for (const std::string& token : c.eot_tokens) eot.push_back(quoted(token));
   line("eot_tokens", "[" + join(eot, ", ") + "]");
+  out << "special_tokens: {bos_token: " << quoted(c.special_tokens.bos_token)
+      << ", eos_token: " << quoted(c.special_tokens.eos_token) << ", pad_token: " << quoted(c.special_tokens.pad_token)
+      << ", unk_token: " << quoted(c.special_tokens.unk_token) << "}\n";
   line("dataset_prepared_path", quoted(c.dataset_prepared_path.string()));
   // A whole count is written as an integer, the way users write it.
   line("val_set_size",
@@ -1264,9 +1349,13 @@ std::string to_yaml(const RunConfig& c) {
   line("gpu_memory_limit", format_byte_size(c.gpu_memory_limit));
   line("output_dir", quoted(c.output_dir.string()));
   line("save_steps", std::to_string(c.save_steps));
+  line("saves_per_epoch", std::to_string(c.saves_per_epoch));
   line("save_total_limit", std::to_string(c.save_total_limit));
   line("logging_steps", std::to_string(c.logging_steps));
+  line("loss_watchdog_threshold", format_double(c.loss_watchdog_threshold));
+  line("loss_watchdog_patience", std::to_string(c.loss_watchdog_patience));
   line("eval_steps", std::to_string(c.eval_steps));
+  line("evals_per_epoch", std::to_string(c.evals_per_epoch));
   line("seed", std::to_string(c.seed));
   line("resume_from_checkpoint",
        c.resume_from_latest_checkpoint    ? "true"

@@ -49,6 +49,24 @@ struct DatasetConfig {
   bool operator==(const DatasetConfig&) const = default;
 };
 
+// axolotl's `special_tokens:` map: tokens of the tokenizer that take over a role (e.g. Llama 3's
+// `pad_token: <|end_of_text|>`). "" leaves the tokenizer's own. Each must already be a token of
+// the tokenizer; the trainer checks that where it loads the tokenizer (engine/data/special_tokens.h)
+// and names `place`, since qtrain does not add tokens.
+struct SpecialTokens {
+  std::string bos_token;
+  std::string eos_token;
+  std::string pad_token;
+  std::string unk_token;
+  // Where the map was written (file:line:col or the --set argument); not part of the value.
+  std::string place;
+
+  bool empty() const { return bos_token.empty() && eos_token.empty() && pad_token.empty() && unk_token.empty(); }
+  bool operator==(const SpecialTokens& o) const {
+    return bos_token == o.bos_token && eos_token == o.eos_token && pad_token == o.pad_token && unk_token == o.unk_token;
+  }
+};
+
 // axolotl's `gradient_checkpointing: true | false`, plus qtrain's "every_kth".
 enum class GradientCheckpointing { off, every_layer, every_kth };
 // axolotl's `bf16: true | false | auto` (auto: bf16 where the device supports it).
@@ -108,6 +126,7 @@ struct RunConfig {
   std::string chat_template_jinja;
   // The tokens that end a turn, trained after a trained turn per train_on_eos; empty: eos_token.
   std::vector<std::string> eot_tokens;
+  SpecialTokens special_tokens;
   // A folder that caches tokenized datasets (See Note [Prepared dataset cache]); empty: none.
   std::filesystem::path dataset_prepared_path;
   // Held-out rows for evaluation: a fraction in [0, 1) when below 1, else a whole number of
@@ -163,11 +182,20 @@ struct RunConfig {
   std::filesystem::path output_dir = "./outputs";
   // Save a checkpoint every this many steps; 0: only at the end.
   int64_t save_steps = 0;
+  // Instead of save_steps: this many saves per epoch, as axolotl derives its save_steps; see
+  // Note [Steps per epoch] (engine/train/step_intervals.h). 0: unset.
+  int64_t saves_per_epoch = 0;
   // Keep only the newest this many checkpoints; 0: keep all.
   int64_t save_total_limit = 0;
   int64_t logging_steps = 1;
+  // Stop the run (saving a checkpoint) once the loss has been above the threshold for `patience`
+  // steps in a row, as axolotl's LossWatchDogCallback does; 0: no watchdog.
+  double loss_watchdog_threshold = 0.0;
+  int64_t loss_watchdog_patience = 3;
   // Evaluate on the val_set_size rows every this many steps; 0: never.
   int64_t eval_steps = 0;
+  // Instead of eval_steps: this many evaluations per epoch; see Note [Steps per epoch]. 0: unset.
+  int64_t evals_per_epoch = 0;
   int64_t seed = 42;
   // Continue from this checkpoint folder; empty: start fresh.
   std::filesystem::path resume_from_checkpoint;

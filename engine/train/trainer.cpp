@@ -18,11 +18,13 @@
 #include "engine/train/clip_grad.h"
 #include "engine/train/device_plan.h"
 #include "engine/train/interrupt.h"
+#include "engine/train/loss_watchdog.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_state.h"
+#include "engine/train/step_intervals.h"
 #include "engine/train/training_data.h"
 
 namespace qtrain::engine::train {
@@ -134,15 +136,23 @@ TrainResult train(const config::RunConfig& c) {
   const int64_t steps_per_epoch = std::max<int64_t>(
       1, (loader.batches_per_epoch() + c.gradient_accumulation_steps - 1) / c.gradient_accumulation_steps);
   const int64_t total = c.max_steps > 0 ? c.max_steps : steps_per_epoch * c.num_epochs;
+  // See Note [Steps per epoch].
+  const int64_t eval_steps =
+      split.eval.empty() ? 0 : eval_interval(c.eval_steps, c.evals_per_epoch, c.num_epochs, total);
+  const int64_t save_steps = save_interval(c.save_steps, c.saves_per_epoch, c.num_epochs, total, steps_per_epoch);
   const LrSchedule lr_schedule{lr_schedule_type_from_name(c.lr_scheduler),
                                c.learning_rate,
                                warmup_steps_for(c.warmup_steps, c.warmup_ratio, total),
                                total};
-  std::printf("data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps\n",
-              split.train.size(),
-              split.eval.size(),
-              static_cast<long long>(loader.batches_per_epoch()),
-              static_cast<long long>(total));
+  std::printf(
+      "data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps, "
+      "evaluation every %lld, checkpoint every %lld (0: none)\n",
+      split.train.size(),
+      split.eval.size(),
+      static_cast<long long>(loader.batches_per_epoch()),
+      static_cast<long long>(total),
+      static_cast<long long>(eval_steps),
+      static_cast<long long>(save_steps));
 
   AdamW optimizer(params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
   const auto offloaded = make_residency(device_plan, lm, c);
@@ -201,6 +211,7 @@ TrainResult train(const config::RunConfig& c) {
   int64_t consecutive_bad = 0, window_steps = 0, window_tokens = 0, copied_logged = 0, step_logged = state.global_step;
   double window_loss = 0, last_grad_norm = 0;
   auto window_start = std::chrono::steady_clock::now();
+  LossWatchdog watchdog(c.loss_watchdog_threshold, c.loss_watchdog_patience);
   std::fflush(stdout);
   while (state.global_step < total) {
     std::vector<data::Batch> batches;
@@ -251,6 +262,7 @@ TrainResult train(const config::RunConfig& c) {
     }
     ++state.global_step;
     const double epoch = static_cast<double>(state.global_step) / static_cast<double>(steps_per_epoch);
+    const bool watchdog_stop = watchdog.step_end();
 
     if (state.global_step % c.logging_steps == 0 || state.global_step == total) {
       const auto now = std::chrono::steady_clock::now();
@@ -290,13 +302,13 @@ TrainResult train(const config::RunConfig& c) {
           static_cast<double>(peak) / (1 << 30));
       std::fflush(stdout);
       result.last_loss = loss;
+      watchdog.logged_loss(loss);
       window_loss = 0;
       window_steps = 0;
       window_tokens = 0;
       window_start = now;
     }
-    if (c.eval_steps > 0 && !split.eval.empty() &&
-        (state.global_step % c.eval_steps == 0 || state.global_step == total)) {
+    if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
       const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device);
       scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);  // back to training mode
       metrics.log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
@@ -305,9 +317,18 @@ TrainResult train(const config::RunConfig& c) {
                   static_cast<long long>(total),
                   eval_loss);
       std::fflush(stdout);
+      watchdog.logged_eval();
     }
     const bool stop = interrupt.received() != 0;
-    if ((c.save_steps > 0 && state.global_step % c.save_steps == 0) || stop) save();
+    if ((save_steps > 0 && state.global_step % save_steps == 0) || stop) save();
+    if (watchdog_stop) {
+      std::printf(
+          "stopping at step %lld: the loss was above loss_watchdog_threshold %g for %lld logged steps in a row\n",
+          static_cast<long long>(state.global_step),
+          c.loss_watchdog_threshold,
+          static_cast<long long>(c.loss_watchdog_patience));
+      break;
+    }
     if (stop) {
       std::printf("interrupted by signal %d at step %lld; resume with resume_from_checkpoint: true\n",
                   interrupt.received(),

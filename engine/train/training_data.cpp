@@ -10,15 +10,25 @@
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/prepared_cache.h"
+#include "engine/data/special_tokens.h"
 #include "engine/train/run_plan.h"
 
 namespace qtrain::engine::train {
 
 std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size) {
-  for (const auto& d : c.datasets) {
-    if (!d.type.empty() && d.type != "pretokenized") return data::model_tokenizer(c.base_model, vocab_size);
-  }
-  return nullptr;
+  bool text = !c.special_tokens.empty();  // pad_token pads pre-tokenized data too
+  for (const auto& d : c.datasets) text = text || (!d.type.empty() && d.type != "pretokenized");
+  if (!text) return nullptr;
+  auto tokenizer = data::model_tokenizer(c.base_model, vocab_size);
+  const auto file = c.base_model / "tokenizer.json";
+  TORCH_CHECK(tokenizer || c.special_tokens.empty(),
+              c.special_tokens.place,
+              ": special_tokens: ",
+              c.base_model.string(),
+              " has no tokenizer.json to look the tokens up in; add the model's tokenizer files or remove the key");
+  return data::with_special_tokens(std::move(tokenizer),
+                                   c.special_tokens,
+                                   std::filesystem::exists(file) ? file.string() : "the built-in byte tokenizer");
 }
 
 namespace {
@@ -36,6 +46,11 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                         {"train_on_eos", d.train_on_eos},
                         {"chat_template_source", d.chat_template_source},
                         {"eot_tokens", d.eot_tokens},
+                        {"special_tokens",
+                         {c.special_tokens.bos_token,
+                          c.special_tokens.eos_token,
+                          c.special_tokens.pad_token,
+                          c.special_tokens.unk_token}},
                         {"sequence_len", c.sequence_len},
                         {"train_on_inputs", c.train_on_inputs},
                         {"has_tokenizer", has_tokenizer}}

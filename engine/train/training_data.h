@@ -14,9 +14,9 @@
 
 namespace qtrain::engine::train {
 
-// The tokenizer of base_model (data::model_tokenizer) when a dataset is text (completion, alpaca,
-// chat_template); null when every dataset is pre-tokenized, so that such runs never read
-// tokenizer files.
+// The tokenizer of base_model (data::model_tokenizer) with the config's special_tokens (See Note
+// [Special tokens]) when a dataset is text (completion, alpaca, chat_template) or special_tokens
+// is set; else null, so that pre-tokenized runs never read tokenizer files.
 std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size);
 
 // Prints one line per dataset (rows, truncated, dropped) to stdout. With dataset_prepared_path, a

@@ -460,9 +460,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "lora_target_modules: [q_proj, '.*_proj']\n",
        {},
        "run.yaml:3:31: lora_target_modules[1]: '.*_proj' is not a module name"},
-      {kHead + "gradient_checkpointing: offload\n",
+      {kHead + "gradient_checkpointing: sometimes\n",
        {},
-       "run.yaml:3:25: gradient_checkpointing: expected true, false or every_kth, got 'offload'"},
+       "run.yaml:3:25: gradient_checkpointing: expected true, false, offload or every_kth, got 'sometimes'"},
       {kHead + "bf16: maybe\n", {}, "bf16: expected true, false or auto, got 'maybe'"},
       {kHead + "device: gpu\n", {}, "run.yaml:3:9: device: expected auto, cpu, cuda or cuda:N, got 'gpu'"},
       {kHead + "device: cuda:x\n", {}, "device: expected auto, cpu, cuda or cuda:N, got 'cuda:x'"},
@@ -506,10 +506,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "lr_scheduler: cosin\n",
        {},
        "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
-      {kHead + "optimizer: adamw_bnb_8bit\n",
+      {kHead + "optimizer: lion_8bit\n",
        {},
-       "optimizer: 'adamw_bnb_8bit' is not one of adamw_torch; use adamw_torch: the 8-bit variants keep the "
-       "optimizer state in 8 bits"},
+       "run.yaml:3:12: optimizer: 'lion_8bit' is not one of adamw_torch; qtrain implements AdamW: use adamw_torch"},
       {kHead + "bnb_4bit_quant_type: int4\n", {}, "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"},
       // contradictions
       {kHead + "load_in_4bit: true\nload_in_8bit: true\n",
@@ -626,7 +625,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {"lora_target_modules=[q_proj"},
        "--set lora_target_modules=[q_proj: lora_target_modules: the value is not valid YAML"},
       {kHead, {"datasets=[{type: alpaca}]"}, "--set datasets=[{type: alpaca}]: datasets[0].path: missing"},
-      {kHead, {"fsdp=[full_shard]"}, "--set fsdp=[full_shard]: fsdp: axolotl key 'fsdp' is not supported by qtrain"},
+      {kHead,
+       {"deepspeed=zero2.json"},
+       "--set deepspeed=zero2.json: deepspeed: axolotl key 'deepspeed' is not supported by qtrain"},
   };
   for (const BadConfig& row : table) {
     SCOPED_TRACE(row.yaml + (row.overrides.empty() ? "" : " --set " + row.overrides[0]));
@@ -688,13 +689,77 @@ optimizer: paged_adamw_32bit
       "LoRA's state is small)"};
   EXPECT_EQ(c.ignored_keys, expected);
   EXPECT_EQ(
-      ignored_keys_note(c).rfind("accepted and ignored (they change speed, not what is trained): flash_attention (", 0),
-      0u)
+      ignored_keys_note(c).rfind("accepted and ignored (they do not change what is trained): flash_attention (", 0), 0u)
       << ignored_keys_note(c);
   EXPECT_EQ(ignored_keys_note(parse(kMinimal)), "");
   // Switched off or blank, a switch asks for nothing and is not named.
   EXPECT_TRUE(parse(kHead + "flash_attention: false\ntf32:\nliger_rope: false\n").ignored_keys.empty());
   EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_fused\n").optimizer, "adamw_torch");
+}
+
+// axolotl's evals_per_epoch / saves_per_epoch are read as counts (the trainer turns them into
+// steps, See Note [Steps per epoch]); with eval_steps / save_steps as well they are refused, as
+// axolotl refuses them, naming both places.
+TEST(RunConfigTest, PerEpochCountsAreReadAndExcludeTheirStepKeys) {
+  const RunConfig c = parse(kHead + "val_set_size: 0.1\nevals_per_epoch: 4\nsaves_per_epoch: 1\n");
+  EXPECT_EQ(c.evals_per_epoch, 4);
+  EXPECT_EQ(c.saves_per_epoch, 1);
+  // Blank, as axolotl's Gemma examples write it.
+  EXPECT_EQ(parse(kHead + "evals_per_epoch:\n").evals_per_epoch, 0);
+  test::expect_error([] { parse(kHead + "val_set_size: 0.1\neval_steps: 10\nevals_per_epoch: 4\n"); },
+                     "run.yaml:5:1: evals_per_epoch: eval_steps (run.yaml:4:1) is set too; they are two ways to say "
+                     "one thing, keep one");
+  test::expect_error([] { parse(kHead + "saves_per_epoch: 2\nsave_steps: 50\n"); },
+                     "run.yaml:3:1: saves_per_epoch: save_steps (run.yaml:4:1) is set too");
+  test::expect_error([] { parse(kHead + "saves_per_epoch: -1\n"); }, "run.yaml:3:18: saves_per_epoch: -1 must be >= 0");
+}
+
+// See Note [Special tokens]: the roles are read here and checked against the tokenizer where the
+// trainer loads it, with the place of the map.
+TEST(RunConfigTest, SpecialTokensAreReadWithTheirPlace) {
+  const RunConfig c = parse(kHead + "special_tokens:\n  pad_token: \"<|end_of_text|>\"\n  eos_token: <|im_end|>\n");
+  EXPECT_EQ(c.special_tokens.pad_token, "<|end_of_text|>");
+  EXPECT_EQ(c.special_tokens.eos_token, "<|im_end|>");
+  EXPECT_TRUE(c.special_tokens.bos_token.empty());
+  EXPECT_EQ(c.special_tokens.place, "run.yaml:3:1");
+  EXPECT_TRUE(parse(kHead + "special_tokens:\n").special_tokens.empty());
+  test::expect_error([] { parse(kHead + "special_tokens:\n  additional_special_tokens: [\"<x>\"]\n"); },
+                     "run.yaml:4:3: special_tokens.additional_special_tokens: marking more tokens special changes how "
+                     "text containing them is split");
+  test::expect_error([] { parse(kHead + "special_tokens:\n  sep_token: \"<s>\"\n"); },
+                     "run.yaml:4:3: special_tokens.sep_token: qtrain reads bos_token, eos_token, pad_token and "
+                     "unk_token here");
+  test::expect_error([] { parse(kHead + "special_tokens: <pad>\n"); },
+                     "run.yaml:3:17: special_tokens: expected a map, got '<pad>'");
+}
+
+// axolotl's names for what qtrain does already are silent; other class names, AdamW with
+// quantized state and offloaded checkpoints are read as qtrain's and named in the one line.
+TEST(RunConfigTest, AxolotlDefaultsAreSilentAndEquivalentsAreNamed) {
+  EXPECT_TRUE(parse(kHead + "model_type: AutoModelForCausalLM\ntokenizer_type: AutoTokenizer\n").ignored_keys.empty());
+  const RunConfig c = parse(kHead + R"(model_type: MistralForCausalLM
+tokenizer_type: LlamaTokenizer
+trust_remote_code: true
+optimizer: adamw_bnb_8bit
+gradient_checkpointing: offload
+loss_watchdog_threshold: 5.0
+loss_watchdog_patience: 3
+)");
+  EXPECT_EQ(c.optimizer, "adamw_torch");
+  EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::every_layer);
+  EXPECT_EQ(c.loss_watchdog_threshold, 5.0);
+  EXPECT_EQ(c.loss_watchdog_patience, 3);
+  ASSERT_EQ(c.ignored_keys.size(), 5u) << ignored_keys_note(c);
+  EXPECT_EQ(c.ignored_keys[0], "model_type: MistralForCausalLM (qtrain builds the architecture config.json names)");
+  EXPECT_EQ(c.ignored_keys[1], "tokenizer_type: LlamaTokenizer (qtrain reads tokenizer.json (the fast tokenizer))");
+  EXPECT_EQ(c.ignored_keys[2].rfind("trust_remote_code (", 0), 0u);
+  EXPECT_EQ(c.ignored_keys[3].rfind("optimizer: adamw_bnb_8bit (AdamW with its state rounded to 8 bits", 0), 0u);
+  EXPECT_EQ(c.ignored_keys[4].rfind("gradient_checkpointing: offload (read as true", 0), 0u);
+  EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_4bit\n")
+                .ignored_keys.at(0)
+                .rfind("optimizer: adamw_torch_4bit (AdamW with its state rounded to 4 bits", 0),
+            0u);
+  test::expect_error([] { parse(kHead + "loss_watchdog_patience: 0\n"); }, "loss_watchdog_patience: 0 must be >= 1");
 }
 
 TEST(RunConfigTest, RoundTripThroughToYaml) {
@@ -715,6 +780,13 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
   EXPECT_EQ(configs.back().datasets[0].field, "null");
   configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0"}));
   configs.push_back(parse(kMinimal, {"gpu_memory_limit=1000001B"}));
+  configs.push_back(parse(kMinimal,
+                          {"special_tokens={pad_token: \"<|end_of_text|>\", eos_token: \"<|im_end|>\"}",
+                           "evals_per_epoch=4",
+                           "val_set_size=0.1",
+                           "saves_per_epoch=2",
+                           "loss_watchdog_threshold=5.5",
+                           "loss_watchdog_patience=2"}));
   for (const RunConfig& c : configs) {
     const std::string text = to_yaml(c);
     SCOPED_TRACE(text);
