@@ -943,7 +943,8 @@ RunConfig read_config(Reader& r) {
       c.ignored_keys.push_back(
           "optimizer: paged_adamw_32bit (the same AdamW; paging moves its state to host memory under pressure, "
           "and LoRA's state is small)");
-    } else if (name.ends_with("bit") && name != "adamw_torch") {
+    } else if (name == "adamw_8bit" || name == "adamw_bnb_8bit" || name == "paged_adamw_8bit" ||
+               name == "adamw_torch_4bit") {
       c.ignored_keys.push_back("optimizer: " + name + " (AdamW with its state rounded to " +
                                (name.ends_with("4bit") ? "4" : "8") +
                                " bits to save memory; qtrain keeps LoRA's small state in 32 bits, so the updates "

@@ -3,8 +3,9 @@
 // LoRA/QLoRA examples on alpaca data load with no problem and train end to end on a tiny random
 // model of their family with that family's stand-in tokenizer (max_steps 2, sequence_len 128 and
 // device cpu set from the command line to keep the test short); their evaluations and checkpoints
-// come at the steps axolotl's evals_per_epoch / saves_per_epoch give. The others report every
-// remaining problem at once, each with its place; Gemma's architecture is refused by name.
+// come at the steps axolotl's evals_per_epoch / saves_per_epoch give, and Mistral's loss watchdog
+// stops a run whose loss stays high. The others report every remaining problem at once, each with
+// its place; Gemma's architecture is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,6 +176,35 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
     }
     EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors")) << log;
   }
+}
+
+// mistral/qlora.yml's loss_watchdog_threshold: 5.0 and patience 3 stop a run whose loss stays
+// near ln(4096) = 8.3 (a random model): the end of step 4 sees the third high loss logged (steps
+// 1 to 3), so step 4 is the last, as in axolotl; the adapter is saved.
+TEST_F(AxolotlExamples, TheLossWatchdogStopsARunWhoseLossStaysHigh) {
+  const auto config = example("mistral/qlora.yml",
+                              model(engine::model::Architecture::mistral, "mistral_v01"),
+                              (dir_ / "alpaca.jsonl").string());
+  const auto out = dir_ / "out-watchdog";
+  const auto [status, log] = run(std::string(QTRAIN_BINARY) + " train " + config.string() +
+                                 " --set max_steps=10 --set val_set_size=0 --set sequence_len=128 --set device=cpu "
+                                 "--set output_dir=" +
+                                 out.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("stopping at step 4: the loss was above loss_watchdog_threshold 5 for 3 logged steps in a row"),
+            std::string::npos)
+      << log;
+  int losses = 0;
+  std::ifstream metrics(out / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) {
+      ++losses;
+      EXPECT_GT(j.at("loss").get<double>(), 5.0) << line;
+    }
+  }
+  EXPECT_EQ(losses, 4) << log;
+  EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors")) << log;
 }
 
 // What is still missing is reported together, each problem once with its place and fix.
