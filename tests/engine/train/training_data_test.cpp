@@ -72,6 +72,11 @@ TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
   std::ofstream(dir_ / "model" / "tokenizer_config.json") << "{}";
   EXPECT_EQ(load_training_samples(c, &tok_).size(), 3u);
   EXPECT_EQ(entries(dir_ / "prepared"), 4u);
+  // special_tokens can change the EOS every sample ends with: another entry.
+  auto eos = c;
+  eos.special_tokens.eos_token = "<|im_end|>";
+  EXPECT_EQ(load_training_samples(eos, &tok_).size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 5u);
 }
 
 TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
