@@ -34,6 +34,7 @@ const std::vector<std::string> kKeys = {
     "chat_template_jinja",
     "eot_tokens",
     "special_tokens",
+    "excess_length_strategy",
     "dataset_prepared_path",
     "val_set_size",
     "micro_batch_size",
@@ -77,8 +78,23 @@ const std::vector<std::string> kKeys = {
 const std::vector<std::string> kBnbKwargsKeys = {
     "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
 
-const std::vector<std::string> kDatasetKeys = {
-    "path", "type", "field", "field_messages", "message_property_mappings", "roles", "roles_to_train", "train_on_eos"};
+const std::vector<std::string> kDatasetKeys = {"path",
+                                               "type",
+                                               "ds_type",
+                                               "field",
+                                               "field_messages",
+                                               "message_property_mappings",
+                                               "message_field_role",
+                                               "message_field_content",
+                                               "message_field_training",
+                                               "message_field_training_detail",
+                                               "field_thinking",
+                                               "field_tools",
+                                               "roles",
+                                               "roles_to_train",
+                                               "train_on_eos",
+                                               "train_on_eot",
+                                               "drop_system_message"};
 
 // Note [Recognised axolotl keys]
 // axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
@@ -129,8 +145,12 @@ const std::vector<RefusedKey> kRefused = {
 const std::vector<RefusedKey> kRefusedDatasetKeys = {
     {"split", "qtrain reads the whole local file; remove the key"},
     {"name", "qtrain reads local files, not Hub dataset configurations; remove the key"},
-    {"data_files", "give the file itself as path"},
-    {"ds_type", "qtrain reads local files; remove the key"},
+    {"data_files", "give each local file as the path of its own datasets entry"},
+    {"field_system",
+     "type chat_template reads a row's top-level \"system\" as the system turn, as axolotl's does (it ignores "
+     "field_system); rename that field to system"},
+    {"split_thinking", "splitting <think> blocks out of the content is not supported; give reasoning_content"},
+    {"template_thinking_key", "the template reads reasoning_content; map the message key with field_thinking"},
     {"shards", "qtrain reads the whole local file; remove the key"},
     {"chat_template", "one template serves every dataset: set the top-level chat_template (and chat_template_jinja)"},
 };

@@ -695,11 +695,20 @@ class Reader {
            "missing; every dataset needs the path of a local file, e.g. {path: data.jsonl}");
     }
     d.path = resolve(path_of(*path));
+    check_local_file(*path, d.path);
+    if (const Entry* ds_type = value_of("ds_type")) {
+      const std::string v = text_of(*ds_type, "ds_type: json");
+      if (v != "json") {
+        ds_type->fail_value("'" + v + "': qtrain reads JSON Lines or a JSON array of rows (ds_type: json); " +
+                            conversion_hint(d.path, v));
+      }
+    }
     if (const Entry* type = value_of("type")) {
       d.type = choice_of(*type,
-                         {"completion", "alpaca", "chat_template", "pretokenized"},
-                         "use completion (a text field), alpaca (instruction/input/output), chat_template "
-                         "(messages) or pretokenized (input_ids), or leave type out for rows that carry input_ids",
+                         {"completion", "alpaca", "input_output", "chat_template", "pretokenized"},
+                         "use completion (a text field), alpaca (instruction/input/output), input_output "
+                         "(segments), chat_template (messages) or pretokenized (input_ids), or leave type out for "
+                         "rows that carry input_ids",
                          {});
     }
     if (const Entry* field = value_of("field")) {
@@ -718,11 +727,56 @@ class Reader {
     return d;
   }
 
+  // Note [Dataset files]
+  // axolotl's `path` is a local file or folder or a Hugging Face Hub id, loaded through
+  // `datasets` in any of its formats. qtrain reads one local file of JSON Lines or a JSON array of
+  // rows (.jsonl/.json), so the two other cases are caught here, where the config's line is
+  // known: a Parquet/CSV/Arrow file gets the one-line pandas conversion, and a path written as
+  // `org/name` that is no local file gets the `huggingface-cli download` command.
+  void check_local_file(const Entry& e, const fs::path& resolved) const {
+    const fs::path written = path_of(e);
+    auto ext = resolved.extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ext == ".parquet" || ext == ".csv" || ext == ".arrow") {
+      e.fail_value("qtrain reads JSON Lines (.jsonl) or a JSON array of rows (.json), not " + ext + "; " +
+                   conversion_hint(resolved, ext.substr(1)));
+    }
+    const bool hub_like = written.is_relative() && std::distance(written.begin(), written.end()) == 2 &&
+                          written.begin()->string().front() != '.' && ext != ".jsonl" && ext != ".json";
+    if (hub_like && !fs::exists(resolved)) {
+      e.fail_value("no such local file; qtrain reads local files, not Hugging Face Hub datasets. If '" +
+                   written.string() + "' is a Hub dataset, download it with `huggingface-cli download --repo-type " +
+                   "dataset " + written.string() + " --local-dir data/" + written.filename().string() +
+                   "` and set path: to the .jsonl or .json file in it");
+    }
+  }
+
+  static std::string conversion_hint(const fs::path& path, const std::string& format) {
+    const fs::path out = fs::path(path).replace_extension(".jsonl");
+    if (format != "parquet" && format != "csv") {
+      return "convert it to JSON Lines (one JSON object per line) and set path: to that file";
+    }
+    return "convert it with `python -c \"import pandas as pd; pd.read_" + format + "('" + path.string() +
+           "').to_json('" + out.string() +
+           "', orient='records', lines=True, force_ascii=False)\"` and set path: " + out.string();
+  }
+
   // The type chat_template keys of a dataset entry; see DatasetConfig.
   template <class ValueOf>
   void read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
-    for (const char* name :
-         {"field_messages", "message_property_mappings", "roles", "roles_to_train", "train_on_eos"}) {
+    for (const char* name : {"field_messages",
+                             "message_property_mappings",
+                             "message_field_role",
+                             "message_field_content",
+                             "message_field_training",
+                             "message_field_training_detail",
+                             "field_thinking",
+                             "field_tools",
+                             "roles",
+                             "roles_to_train",
+                             "train_on_eos",
+                             "train_on_eot",
+                             "drop_system_message"}) {
       const Entry* e = value_of(name);
       if (e && d.type != "chat_template") {
         fail(e->key_place(),
@@ -737,13 +791,50 @@ class Reader {
       if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
       for (const auto& item : e->value) {
         const std::string name = item.first.Scalar();
-        if (!item.second.IsScalar() || item.second.Scalar().empty() || (name != "role" && name != "content")) {
-          e->fail_value("'" + name + "' is not mapped to a message key; qtrain maps role and content, write e.g. " +
-                        example);
+        if (!item.second.IsScalar() || item.second.Scalar().empty()) {
+          e->fail_value("'" + name + "' is not mapped to a message key; write e.g. " + example);
         }
-        (name == "role" ? d.message_role : d.message_content) = item.second.Scalar();
+        if (name == "role" || name == "content") {
+          (name == "role" ? d.message_role : d.message_content) = item.second.Scalar();
+        } else {
+          d.message_properties[name] = item.second.Scalar();
+        }
       }
     }
+    // axolotl's deprecated spellings of message_property_mappings' role and content.
+    for (const char* legacy : {"message_field_role", "message_field_content"}) {
+      const Entry* e = value_of(legacy);
+      if (!e) continue;
+      const bool role = std::string(legacy) == "message_field_role";
+      std::string& target = role ? d.message_role : d.message_content;
+      const std::string v = text_of(*e, std::string(legacy) + ": " + (role ? "from" : "value"));
+      const std::string mapped = role ? "role" : "content";
+      if (value_of("message_property_mappings") && value_of("message_property_mappings")->value[mapped] &&
+          target != v) {
+        e->fail_value("'" + v + "' conflicts with message_property_mappings." + mapped + " '" + target +
+                      "'; keep only message_property_mappings");
+      }
+      target = v;
+    }
+    if (const Entry* e = value_of("field_thinking")) {
+      const std::string v = text_of(*e, "field_thinking: thinking");
+      if (value_of("message_property_mappings") || value_of("message_field_role") ||
+          value_of("message_field_content")) {
+        e->fail_value(
+            "axolotl applies field_thinking only without message_property_mappings; map it there "
+            "instead: message_property_mappings: {reasoning_content: " +
+            v + "}");
+      }
+      if (v != "reasoning_content") d.message_properties["reasoning_content"] = v;
+    }
+    if (const Entry* e = value_of("field_tools")) d.field_tools = text_of(*e, "field_tools: tools");
+    if (const Entry* e = value_of("message_field_training")) {
+      d.message_field_training = text_of(*e, "message_field_training: training");
+    }
+    if (const Entry* e = value_of("message_field_training_detail")) {
+      d.message_field_training_detail = text_of(*e, "message_field_training_detail: train_detail");
+    }
+    if (const Entry* e = value_of("drop_system_message")) d.drop_system_message = boolean_of(*e);
     if (const Entry* e = value_of("roles")) {
       const std::string example = "roles: {user: [human, user], assistant: [gpt, bot]}";
       if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
@@ -757,6 +848,12 @@ class Reader {
     if (const Entry* e = value_of("roles_to_train")) d.roles_to_train = strings_of(*e, "roles_to_train: [assistant]");
     if (const Entry* e = value_of("train_on_eos")) {
       d.train_on_eos = choice_of(*e,
+                                 {"turn", "all", "last", "none"},
+                                 "use turn (the end of each trained turn), all, last or none",
+                                 {{"false", "none"}});
+    }
+    if (const Entry* e = value_of("train_on_eot")) {
+      d.train_on_eot = choice_of(*e,
                                  {"turn", "all", "last", "none"},
                                  "use turn (the end of each trained turn), all, last or none",
                                  {{"false", "none"}});
@@ -891,6 +988,12 @@ RunConfig read_config(Reader& r) {
       *slot = text_of_token(role, example);
     }
   });
+  c.excess_length_strategy = r.choice("excess_length_strategy",
+                                      c.excess_length_strategy,
+                                      {"drop", "truncate", "raise"},
+                                      "use drop (axolotl's default), truncate or raise",
+                                      {});
+  for (DatasetConfig& d : c.datasets) d.excess_length_strategy = c.excess_length_strategy;
   c.dataset_prepared_path = r.path("dataset_prepared_path", c.dataset_prepared_path);
   r.guard({"val_set_size"}, [&] {
     if (const Entry* e = r.find("val_set_size")) {
@@ -1280,7 +1383,9 @@ std::string to_yaml(const RunConfig& c) {
         for (const std::string& role : d.roles_to_train) trained.push_back(quoted(role));
         out << "    field_messages: " << quoted(d.field_messages) << "\n";
         out << "    message_property_mappings: {role: " << quoted(d.message_role)
-            << ", content: " << quoted(d.message_content) << "}\n";
+            << ", content: " << quoted(d.message_content);
+        for (const auto& [key, source] : d.message_properties) out << ", " << key << ": " << quoted(source);
+        out << "}\n";
         if (!d.roles.empty()) {
           out << "    roles:\n";
           for (const auto& [source, role] : d.roles)
@@ -1288,6 +1393,15 @@ std::string to_yaml(const RunConfig& c) {
         }
         out << "    roles_to_train: [" << join(trained, ", ") << "]\n";
         out << "    train_on_eos: " << d.train_on_eos << "\n";
+        if (!d.train_on_eot.empty()) out << "    train_on_eot: " << d.train_on_eot << "\n";
+        if (!d.message_field_training.empty()) {
+          out << "    message_field_training: " << quoted(d.message_field_training) << "\n";
+        }
+        if (!d.message_field_training_detail.empty()) {
+          out << "    message_field_training_detail: " << quoted(d.message_field_training_detail) << "\n";
+        }
+        out << "    field_tools: " << quoted(d.field_tools) << "\n";
+        out << "    drop_system_message: " << boolean_text(d.drop_system_message) << "\n";
       }
     }
   }
@@ -1302,6 +1416,7 @@ std::string to_yaml(const RunConfig& c) {
   out << "special_tokens: {bos_token: " << quoted(c.special_tokens.bos_token)
       << ", eos_token: " << quoted(c.special_tokens.eos_token) << ", pad_token: " << quoted(c.special_tokens.pad_token)
       << ", unk_token: " << quoted(c.special_tokens.unk_token) << "}\n";
+  line("excess_length_strategy", c.excess_length_strategy);
   line("dataset_prepared_path", quoted(c.dataset_prepared_path.string()));
   // A whole count is written as an integer, the way users write it.
   line("val_set_size",

@@ -23,8 +23,8 @@ namespace qtrain::engine::config {
 struct DatasetConfig {
   // A local dataset file (not a Hugging Face Hub id). Resolved against the config's directory.
   std::filesystem::path path;
-  // "completion", "alpaca" or "pretokenized"; "" (key absent): rows are used as pre-tokenized
-  // when they carry input_ids.
+  // "completion", "alpaca", "input_output", "chat_template" or "pretokenized"; "" (key absent):
+  // rows are used as pre-tokenized when they carry input_ids.
   std::string type;
   // type completion: the field of each row that holds the text.
   std::string field = "text";
@@ -34,17 +34,35 @@ struct DatasetConfig {
   // message_property_mappings: the keys of a message that hold its role and its content.
   std::string message_role = "role";
   std::string message_content = "content";
+  // The other entries of message_property_mappings (template key -> message key), and
+  // reasoning_content -> field_thinking when message_property_mappings is not given. Message keys
+  // mapped nowhere reach the template under their own names.
+  std::map<std::string, std::string> message_properties;
+  // The row key that holds the template's tools.
+  std::string field_tools = "tools";
+  // message_field_training / message_field_training_detail: the message keys that hold a turn's
+  // train flag and its character ranges ({begin_offset, end_offset (inclusive), train}); "": not
+  // read.
+  std::string message_field_training;
+  std::string message_field_training_detail;
+  // Drop a leading system turn (after the row's "system" key is prepended).
+  bool drop_system_message = false;
   // roles: source role -> template role, on top of the built-in human -> user, gpt -> assistant.
   std::map<std::string, std::string> roles;
   std::vector<std::string> roles_to_train = {"assistant"};
   // train_on_eos: "turn" (the EOT/EOS after each trained turn), "all" (after every turn),
   // "last" (after the last turn only) or "none".
   std::string train_on_eos = "turn";
+  // train_on_eot: the same choices for the eot_tokens; "" (key absent): as train_on_eos.
+  std::string train_on_eot;
   // From the top-level keys, which apply to every dataset. chat_template_source: the Jinja text
   // of `chat_template: jinja` (read from chat_template_jinja); "" for tokenizer_default.
   std::string chat_template_source;
   // Top-level eot_tokens; empty: [the tokenizer's eos_token].
   std::vector<std::string> eot_tokens;
+  // Top-level excess_length_strategy: "drop", "truncate" or "raise" for samples longer than
+  // sequence_len.
+  std::string excess_length_strategy = "drop";
 
   bool operator==(const DatasetConfig&) const = default;
 };
@@ -124,9 +142,11 @@ struct RunConfig {
   // template in chat_template_jinja: inline Jinja text or the path of a .jinja file).
   std::string chat_template = "tokenizer_default";
   std::string chat_template_jinja;
-  // The tokens that end a turn, trained after a trained turn per train_on_eos; empty: eos_token.
+  // The tokens that end a turn, trained after a trained turn per train_on_eot; empty: eos_token.
   std::vector<std::string> eot_tokens;
   SpecialTokens special_tokens;
+  // Samples longer than sequence_len: "drop" (axolotl's default), "truncate" or "raise".
+  std::string excess_length_strategy = "drop";
   // A folder that caches tokenized datasets (See Note [Prepared dataset cache]); empty: none.
   std::filesystem::path dataset_prepared_path;
   // Held-out rows for evaluation: a fraction in [0, 1) when below 1, else a whole number of

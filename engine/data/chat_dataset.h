@@ -17,6 +17,9 @@ namespace qtrain::engine::data {
 
 // Every row of `d.path` as a sample (before truncation and dropping; see load_dataset). Errors
 // name the file, line, field and fix.
-std::vector<Sample> read_chat_template(const config::DatasetConfig& d, const TextTokenizer& tokenizer);
+// train_on_inputs trains every turn, as axolotl's.
+std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
+                                       const TextTokenizer& tokenizer,
+                                       bool train_on_inputs);
 
 }  // namespace qtrain::engine::data

@@ -121,7 +121,7 @@ DataLoader::DataLoader(std::vector<Sample> samples,
                 len,
                 " tokens; samples need 1 to sequence_len (",
                 sequence_len_,
-                ") tokens (load_dataset truncates)");
+                ") tokens (load_dataset drops or truncates longer ones)");
     TORCH_CHECK(samples_[i].labels.size() == samples_[i].input_ids.size(),
                 "DataLoader: sample ",
                 i,

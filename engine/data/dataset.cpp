@@ -90,10 +90,56 @@ std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const TextTokeni
   return samples;
 }
 
-bool is_jsonl(const std::filesystem::path& path) {
+// As axolotl's RawInputOutputStrategy: each segment tokenized on its own without special tokens
+// (BOS and EOS are the row's to write), trained when its "label" is true or train_on_inputs.
+Sample input_output_sample(const nlohmann::ordered_json& row,
+                           const std::string& where,
+                           const TextTokenizer& tokenizer,
+                           bool train_on_inputs) {
+  static const std::string layout =
+      "an input_output row is {\"segments\": [{\"label\": false, \"text\": \"...\"}, {\"label\": true, "
+      "\"text\": \"...\"}, ...]}";
+  const auto segments = row.find("segments");
+  TORCH_CHECK(
+      segments != row.end() && segments->is_array(),
+      where,
+      ": \"segments\" ",
+      segments == row.end() ? std::string("is missing") : "must be a list, found " + std::string(segments->type_name()),
+      "; ",
+      layout);
+  Sample s;
+  for (size_t i = 0; i < segments->size(); ++i) {
+    const auto& segment = (*segments)[i];
+    const auto at = where + ": segments[" + std::to_string(i) + "]";
+    TORCH_CHECK(segment.is_object(), at, " must be an object; ", layout);
+    const auto label = segment.find("label");
+    TORCH_CHECK(label != segment.end() && label->is_boolean(),
+                at,
+                ".label must be true (trained) or false (not trained), found ",
+                label == segment.end() ? std::string("nothing") : label->dump().substr(0, 60));
+    const auto text = string_field(segment, "text", at, layout, /*optional=*/true);
+    append(s.input_ids,
+           s.labels,
+           tokenizer.tokenize(text, /*add_special_tokens=*/false).ids,
+           label->get<bool>() || train_on_inputs);
+  }
+  return s;
+}
+
+std::vector<Sample> read_input_output(const config::DatasetConfig& d,
+                                      const TextTokenizer& tokenizer,
+                                      bool train_on_inputs) {
+  std::vector<Sample> samples;
+  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+    samples.push_back(input_output_sample(row, where, tokenizer, train_on_inputs));
+  });
+  return samples;
+}
+
+bool is_json(const std::filesystem::path& path) {
   auto ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jsonl";
+  return ext == ".jsonl" || ext == ".json";
 }
 
 }  // namespace
@@ -117,18 +163,18 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  DatasetStats* stats) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   const auto& path = d.path;
-  TORCH_CHECK(is_jsonl(path),
+  TORCH_CHECK(is_json(path),
               path.string(),
               ": unsupported dataset file format '",
               path.has_extension() ? path.extension().string() : "(no extension)",
-              "'; qtrain reads JSONL (a .jsonl file, one JSON object per line). A JSON list converts with "
-              "`jq -c '.[]' data.json > data.jsonl`");
+              "'; qtrain reads JSON Lines (.jsonl, one JSON object per line) or a JSON array of rows (.json)");
   const std::string type = d.type.empty() ? "pretokenized" : d.type;
-  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca" || type == "chat_template",
+  TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca" || type == "input_output" ||
+                  type == "chat_template",
               path.string(),
               ": dataset type '",
               d.type,
-              "' is not one of completion, alpaca, chat_template, pretokenized");
+              "' is not one of completion, alpaca, input_output, chat_template, pretokenized");
   TORCH_CHECK(type == "pretokenized" || tokenizer != nullptr,
               path.string(),
               ": dataset type '",
@@ -144,28 +190,48 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
   } else if (type == "completion") {
     samples = read_completion(d, *tokenizer);
   } else if (type == "chat_template") {
-    samples = read_chat_template(d, *tokenizer);
+    samples = read_chat_template(d, *tokenizer, train_on_inputs);
+  } else if (type == "input_output") {
+    samples = read_input_output(d, *tokenizer, train_on_inputs);
   } else {
     samples = read_alpaca(d, *tokenizer, train_on_inputs);
   }
 
+  // As axolotl: samples longer than sequence_len first (handle_long_seq_in_dataset), then those
+  // without a trained token (drop_no_trainable_tokens). See Note [Long and untrained samples].
   DatasetStats s;
   s.rows = static_cast<int64_t>(samples.size());
   std::vector<Sample> kept;
   kept.reserve(samples.size());
-  for (auto& sample : samples) {
-    if (static_cast<int64_t>(sample.input_ids.size()) > sequence_len) {
+  for (size_t row = 0; row < samples.size(); ++row) {
+    auto& sample = samples[row];
+    const auto length = static_cast<int64_t>(sample.input_ids.size());
+    if (length > sequence_len) {
+      TORCH_CHECK(d.excess_length_strategy != "raise",
+                  path.string(),
+                  ": row ",
+                  row + 1,
+                  " has ",
+                  length,
+                  " tokens, more than sequence_len ",
+                  sequence_len,
+                  "; raise sequence_len, shorten the row, or set excess_length_strategy: drop (or truncate)");
+      if (d.excess_length_strategy == "drop") {
+        ++s.dropped_long;
+        continue;
+      }
       sample.input_ids.resize(sequence_len);
       sample.labels.resize(sequence_len);
       ++s.truncated;
     }
     // labels[0] is never predicted (position t predicts labels[t + 1]).
     const bool predicts =
+        sample.labels.size() > 1 &&
         std::any_of(sample.labels.begin() + 1, sample.labels.end(), [](int64_t l) { return l != -100; });
     if (predicts) {
       kept.push_back(std::move(sample));
     } else {
-      ++s.dropped;
+      ++s.dropped_untrained;
     }
   }
   if (stats) *stats = s;
@@ -174,10 +240,13 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
               path.string(),
               ": none of its ",
               s.rows,
-              " samples has a token to predict within ",
-              "sequence_len ",
+              " samples is kept: ",
+              s.dropped_long,
+              " are longer than sequence_len ",
               sequence_len,
-              " (prompts fill the window or labels are all -100); raise sequence_len",
+              " (excess_length_strategy: drop) and ",
+              s.dropped_untrained,
+              " have no token to predict (prompts fill the window or labels are all -100); raise sequence_len",
               type == "alpaca"          ? " or set train_on_inputs: true"
               : type == "chat_template" ? " or check roles_to_train"
                                         : "");

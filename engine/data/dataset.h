@@ -6,13 +6,18 @@
 //   type "completion": row[field] (default "text") -> [BOS] text [EOS], every token trained.
 //   type "alpaca": {"instruction", "input" (optional), "output"} -> [BOS] prompt output [EOS] with
 //     axolotl's alpaca prompt (see dataset.cpp); the prompt is not trained unless train_on_inputs.
+//   type "input_output": {"segments": [{"label": bool, "text": ...}, ...]} -> the segments'
+//     tokens (no special tokens added), trained where label is true (or train_on_inputs).
 //   type "chat_template": conversations rendered with the chat template; see chat_dataset.h.
 // [BOS] is what the tokenizer's add_special_tokens adds (none for Qwen; see text_tokenizer.h).
 //
-// Samples are truncated to sequence_len tokens (axolotl would split a long completion text into
-// chunks instead; qtrain keeps one sample per row). A sample left with nothing to predict (an
-// alpaca prompt that fills the whole window, a row whose labels are all -100) is dropped, and
-// counted in DatasetStats.
+// Note [Long and untrained samples]
+// As axolotl (utils/data/utils.py handle_long_seq_in_dataset, then utils/trainer.py
+// drop_no_trainable_tokens): a sample longer than sequence_len is dropped (excess_length_strategy
+// drop, the default), cut to sequence_len (truncate) or an error (raise); then a sample left with
+// nothing to predict (an alpaca prompt that fills the window, a row whose labels are all -100) is
+// dropped. qtrain keeps one sample per row and never splits a long text into chunks. Both drops
+// are counted in DatasetStats.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +32,10 @@ namespace qtrain::engine::data {
 
 // What loading did to the rows, for the caller to report.
 struct DatasetStats {
-  int64_t rows = 0;       // rows read from the file
-  int64_t truncated = 0;  // samples cut to sequence_len
-  int64_t dropped = 0;    // samples dropped because no token of them is predicted
+  int64_t rows = 0;               // rows read from the file
+  int64_t dropped_long = 0;       // samples longer than sequence_len, dropped
+  int64_t truncated = 0;          // samples longer than sequence_len, cut to it
+  int64_t dropped_untrained = 0;  // samples dropped because no token of them is predicted
 };
 
 // `tokenizer` is null when the model has none (text types are then an error). Every error names

@@ -1,6 +1,8 @@
 // See pretokenized.h.
 #include "engine/data/pretokenized.h"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 
 #include <ATen/ATen.h>
@@ -29,6 +31,26 @@ int64_t for_each_jsonl_row(
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   int64_t rows = 0;
+  // A .json file may hold one JSON array of rows instead of JSON Lines, as `datasets` reads both.
+  auto ext = path.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (ext == ".json" && (in >> std::ws).peek() == '[') {
+    nlohmann::ordered_json array;
+    try {
+      array = nlohmann::ordered_json::parse(in);
+    } catch (const nlohmann::json::parse_error& e) {
+      TORCH_CHECK(false, path.string(), ": not a valid JSON array of rows (", e.what(), ")");
+    }
+    for (size_t i = 0; i < array.size(); ++i) {
+      const auto where = path.string() + ": row [" + std::to_string(i) + "]";
+      TORCH_CHECK(
+          array[i].is_object(), where, ": each row must be one JSON object, found a JSON ", array[i].type_name());
+      visit(array[i], where);
+      ++rows;
+    }
+    return rows;
+  }
+  in.seekg(0);
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

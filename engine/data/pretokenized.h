@@ -23,8 +23,9 @@ struct Sample {
 };
 
 // Calls `visit(row, where)` for each non-blank line of a JSONL file, `where` being "file:line"
-// for messages. Unreadable files, invalid JSON and lines that are not JSON objects are errors
-// that name the file and line. Returns the number of rows visited.
+// for messages, or for each element of a .json file that holds one JSON array of rows ("file:
+// row [i]"). Unreadable files, invalid JSON and rows that are not JSON objects are errors that
+// name the file and line or element. Returns the number of rows visited.
 int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit);

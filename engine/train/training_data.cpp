@@ -41,9 +41,15 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                         {"field_messages", d.field_messages},
                         {"message_role", d.message_role},
                         {"message_content", d.message_content},
+                        {"message_properties", d.message_properties},
+                        {"field_tools", d.field_tools},
+                        {"message_field_training", d.message_field_training},
+                        {"message_field_training_detail", d.message_field_training_detail},
+                        {"drop_system_message", d.drop_system_message},
                         {"roles", d.roles},
                         {"roles_to_train", d.roles_to_train},
                         {"train_on_eos", d.train_on_eos},
+                        {"train_on_eot", d.train_on_eot},
                         {"chat_template_source", d.chat_template_source},
                         {"eot_tokens", d.eot_tokens},
                         {"special_tokens",
@@ -51,6 +57,7 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                           c.special_tokens.eos_token,
                           c.special_tokens.pad_token,
                           c.special_tokens.unk_token}},
+                        {"excess_length_strategy", d.excess_length_strategy},
                         {"sequence_len", c.sequence_len},
                         {"train_on_inputs", c.train_on_inputs},
                         {"has_tokenizer", has_tokenizer}}
@@ -74,12 +81,13 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
   }
   data::DatasetStats stats;
   auto samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats);
-  std::printf("data: %s: %lld rows, %lld truncated to %lld tokens, %lld without predicted tokens dropped\n",
+  std::printf("data: %s: %lld rows, %lld longer than %lld tokens %s, %lld without trained tokens dropped\n",
               d.path.c_str(),
               static_cast<long long>(stats.rows),
-              static_cast<long long>(stats.truncated),
+              static_cast<long long>(stats.dropped_long + stats.truncated),
               static_cast<long long>(c.sequence_len),
-              static_cast<long long>(stats.dropped));
+              d.excess_length_strategy == "truncate" ? "truncated" : "dropped",
+              static_cast<long long>(stats.dropped_untrained));
   if (!key.empty()) data::write_prepared(c.dataset_prepared_path, key, samples);
   return samples;
 }

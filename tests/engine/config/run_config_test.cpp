@@ -585,9 +585,53 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "datasets:\n  - path: a.jsonl\n    typ: alpaca\n",
        {},
        "run.yaml:5:5: datasets[0].typ: unknown key 'typ'; did you mean 'type'?"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    type: input_output\n",
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: sharegpt\n",
        {},
-       "run.yaml:5:11: datasets[0].type: 'input_output' is not one of completion, alpaca, chat_template, pretokenized"},
+       "run.yaml:5:11: datasets[0].type: 'sharegpt' is not one of completion, alpaca, input_output, chat_template, "
+       "pretokenized"},
+      {kHead + "datasets:\n  - path: data/train.parquet\n",
+       {},
+       "run.yaml:4:11: datasets[0].path: qtrain reads JSON Lines (.jsonl) or a JSON array of rows (.json), not "
+       ".parquet; convert it with `python -c \"import pandas as pd; pd.read_parquet('/cfg/run/data/train.parquet')"
+       ".to_json('/cfg/run/data/train.jsonl', orient='records', lines=True, force_ascii=False)\"` and set path: "
+       "/cfg/run/data/train.jsonl"},
+      {kHead + "datasets:\n  - path: tatsu-lab/alpaca\n    type: alpaca\n",
+       {},
+       "run.yaml:4:11: datasets[0].path: no such local file; qtrain reads local files, not Hugging Face Hub "
+       "datasets. If 'tatsu-lab/alpaca' is a Hub dataset, download it with `huggingface-cli download --repo-type "
+       "dataset tatsu-lab/alpaca --local-dir data/alpaca` and set path: to the .jsonl or .json file in it"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    ds_type: parquet\n",
+       {},
+       "run.yaml:5:14: datasets[0].ds_type: 'parquet': qtrain reads JSON Lines or a JSON array of rows (ds_type: "
+       "json); convert it with `python -c \"import pandas as pd; pd.read_parquet("},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    train_on_eot: each\n",
+       {},
+       "run.yaml:6:19: datasets[0].train_on_eot: 'each' is not one of turn, all, last, none"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n"
+               "    message_property_mappings: {role: from}\n    message_field_role: speaker\n",
+       {},
+       "run.yaml:7:25: datasets[0].message_field_role: 'speaker' conflicts with message_property_mappings.role "
+       "'from'; keep only message_property_mappings"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n"
+               "    message_property_mappings: {role: from}\n    field_thinking: thoughts\n",
+       {},
+       "run.yaml:7:21: datasets[0].field_thinking: axolotl applies field_thinking only without "
+       "message_property_mappings; map it there instead: message_property_mappings: {reasoning_content: thoughts}"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    drop_system_message: true\n",
+       {},
+       "run.yaml:6:5: datasets[0].drop_system_message: drop_system_message applies only to type: chat_template"},
+      {kHead + "excess_length_strategy: split\n",
+       {},
+       "run.yaml:3:25: excess_length_strategy: 'split' is not one of drop, truncate, raise; use drop (axolotl's "
+       "default), truncate or raise"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    field_system: sys\n",
+       {},
+       "run.yaml:6:5: datasets[0].field_system: axolotl key 'field_system' is not supported by qtrain; type "
+       "chat_template reads a row's top-level \"system\""},
+      {kHead + "datasets:\n  - path: a.jsonl\n    data_files: [a.jsonl]\n",
+       {},
+       "run.yaml:5:5: datasets[0].data_files: axolotl key 'data_files' is not supported by qtrain; give each local "
+       "file as the path of its own datasets entry"},
       {kHead + "datasets:\n  - path: a.jsonl\n    type: completion\n    roles_to_train: [user]\n",
        {},
        "run.yaml:6:5: datasets[0].roles_to_train: roles_to_train applies only to type: chat_template (this "
@@ -828,6 +872,41 @@ TEST(RunConfigTest, ChatTemplateDatasetsReadAxolotlsKeys) {
   EXPECT_EQ(plain.message_role, "role");
   EXPECT_EQ(plain.roles_to_train, (std::vector<std::string>{"assistant"}));
   EXPECT_EQ(plain.train_on_eos, "turn");
+  EXPECT_EQ(parse(to_yaml(c)), c);
+}
+
+TEST(RunConfigTest, ChatTemplateMessageFeaturesAndLengthKeys) {
+  const auto c = parse(
+      "base_model: m\nlora_target_linear: true\nexcess_length_strategy: truncate\n"
+      "datasets:\n"
+      "  - path: chats.json\n    ds_type: json\n    type: chat_template\n"
+      "    message_field_role: from\n    message_field_content: value\n"
+      "    message_field_training: train\n    message_field_training_detail: detail\n"
+      "    train_on_eot: none\n    drop_system_message: true\n    field_tools: functions\n"
+      "  - path: more.jsonl\n    type: chat_template\n    field_thinking: thoughts\n"
+      "  - path: other.jsonl\n    type: chat_template\n"
+      "    message_property_mappings: {role: from, content: value, name: speaker}\n"
+      "  - path: org/local.jsonl\n    type: input_output\n");
+  ASSERT_EQ(c.datasets.size(), 4u);
+  const auto& d = c.datasets[0];
+  EXPECT_EQ(d.message_role, "from");
+  EXPECT_EQ(d.message_content, "value");
+  EXPECT_EQ(d.message_field_training, "train");
+  EXPECT_EQ(d.message_field_training_detail, "detail");
+  EXPECT_EQ(d.train_on_eos, "turn");
+  EXPECT_EQ(d.train_on_eot, "none");
+  EXPECT_TRUE(d.drop_system_message);
+  EXPECT_EQ(d.field_tools, "functions");
+  EXPECT_TRUE(d.message_properties.empty());
+  EXPECT_EQ(c.datasets[1].message_properties, (std::map<std::string, std::string>{{"reasoning_content", "thoughts"}}));
+  EXPECT_EQ(c.datasets[1].train_on_eot, "");
+  EXPECT_FALSE(c.datasets[1].drop_system_message);
+  EXPECT_EQ(c.datasets[2].message_properties, (std::map<std::string, std::string>{{"name", "speaker"}}));
+  // A path with an extension is a local file even when it is not there yet.
+  EXPECT_EQ(c.datasets[3].type, "input_output");
+  EXPECT_EQ(c.excess_length_strategy, "truncate");
+  for (const auto& each : c.datasets) EXPECT_EQ(each.excess_length_strategy, "truncate");
+  EXPECT_EQ(parse(kMinimal).excess_length_strategy, "drop");
   EXPECT_EQ(parse(to_yaml(c)), c);
 }
 

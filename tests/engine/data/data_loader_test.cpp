@@ -309,7 +309,8 @@ TEST(DataLoaderTest, TokensCountsShiftedTargetsWithinSegments) {
 TEST(DataLoaderTest, RejectsBadInput) {
   expect_error([] { DataLoader({}, 1, 8, false, 0, 0); }, "DataLoader: no samples to train on");
   expect_error([] { DataLoader(make_samples({9}), 1, 8, false, 0, 0); },
-               "DataLoader: sample 0 has 9 tokens; samples need 1 to sequence_len (8) tokens (load_dataset truncates)");
+               "DataLoader: sample 0 has 9 tokens; samples need 1 to sequence_len (8) tokens (load_dataset drops or "
+               "truncates longer ones)");
   expect_error([] { DataLoader(make_samples({0}), 1, 8, true, 0, 0); }, "sample 0 has 0 tokens");
   expect_error([] { DataLoader(make_samples({2}), 0, 8, false, 0, 0); }, "micro_batch_size must be at least 1, got 0");
   auto bad = make_samples({3});

@@ -1,6 +1,7 @@
 // Tests for engine/data/dataset: each dataset type gives the tokens and loss mask axolotl gives
-// (alpaca's prompt byte for byte, masking and train_on_inputs), truncation and dropping, and the
-// messages for bad files and bad rows (file:line, field, fix).
+// (alpaca's prompt byte for byte, masking and train_on_inputs; input_output's segments), long
+// samples per excess_length_strategy and dropping, .json files with JSON Lines or an array, and
+// the messages for bad files and bad rows (file:line, field, fix).
 #include "engine/data/dataset.h"
 
 #include <gtest/gtest.h>
@@ -107,8 +108,28 @@ TEST_F(DatasetTest, PretokenizedWithAndWithoutType) {
   }
 }
 
-TEST_F(DatasetTest, TruncatesToSequenceLenAndCounts) {
+TEST_F(DatasetTest, LongSamplesAreDroppedByDefault) {
   const auto d = file("{\"text\": \"abcdef\"}\n{\"text\": \"ab\"}\n", "completion");
+  ASSERT_EQ(d.excess_length_strategy, "drop");
+  DatasetStats stats;
+  const auto samples = load_dataset(d, &tok_, 4, false, &stats);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(samples[0].input_ids, (std::vector<int64_t>{256, 'a', 'b', 257}));
+  EXPECT_EQ(stats.rows, 2);
+  EXPECT_EQ(stats.dropped_long, 1);
+  EXPECT_EQ(stats.truncated, 0);
+  EXPECT_EQ(stats.dropped_untrained, 0);
+  // A sample of exactly sequence_len tokens is kept.
+  EXPECT_EQ(load_dataset(d, &tok_, 8, false).size(), 2u);
+
+  expect_error([&] { load_dataset(d, &tok_, 3, false); },
+               "data.jsonl: none of its 2 samples is kept: 2 are longer than sequence_len 3 "
+               "(excess_length_strategy: drop) and 0 have no token to predict");
+}
+
+TEST_F(DatasetTest, TruncateCutsLongSamplesAndRaiseNamesTheRow) {
+  auto d = file("{\"text\": \"abcdef\"}\n{\"text\": \"ab\"}\n", "completion");
+  d.excess_length_strategy = "truncate";
   DatasetStats stats;
   const auto samples = load_dataset(d, &tok_, 4, false, &stats);
   ASSERT_EQ(samples.size(), 2u);
@@ -117,19 +138,87 @@ TEST_F(DatasetTest, TruncatesToSequenceLenAndCounts) {
   EXPECT_EQ(samples[1].input_ids, (std::vector<int64_t>{256, 'a', 'b', 257}));
   EXPECT_EQ(stats.rows, 2);
   EXPECT_EQ(stats.truncated, 1);
-  EXPECT_EQ(stats.dropped, 0);
+  EXPECT_EQ(stats.dropped_long, 0);
+  EXPECT_EQ(stats.dropped_untrained, 0);
 
-  const auto p = load_dataset(file("{\"input_ids\": [1, 2, 3, 4, 5]}\n", ""), nullptr, 3, false, &stats);
-  EXPECT_EQ(p[0].input_ids, (std::vector<int64_t>{1, 2, 3}));
+  auto p = file("{\"input_ids\": [1, 2]}\n{\"input_ids\": [1, 2, 3, 4, 5]}\n", "", "p.jsonl");
+  p.excess_length_strategy = "truncate";
+  EXPECT_EQ(load_dataset(p, nullptr, 3, false, &stats)[1].input_ids, (std::vector<int64_t>{1, 2, 3}));
   EXPECT_EQ(stats.truncated, 1);
+
+  p.excess_length_strategy = "raise";
+  expect_error([&] { load_dataset(p, nullptr, 3, false); },
+               "p.jsonl: row 2 has 5 tokens, more than sequence_len 3; raise sequence_len, shorten the row, or set "
+               "excess_length_strategy: drop (or truncate)");
+  EXPECT_EQ(load_dataset(p, nullptr, 5, false).size(), 2u);
+}
+
+TEST_F(DatasetTest, InputOutputTrainsTheLabelledSegmentsWithoutAddingSpecialTokens) {
+  const auto d = file(
+      "{\"segments\": [{\"label\": false, \"text\": \"Q: a\\n\"}, {\"label\": true, \"text\": \"b\"}, "
+      "{\"label\": false, \"text\": \"\"}]}\n",
+      "input_output");
+  const auto samples = load_dataset(d, &tok_, 64, false);
+  ASSERT_EQ(samples.size(), 1u);
+  // No BOS (256) and no EOS (257): the segments are the whole sample.
+  EXPECT_EQ(samples[0].input_ids, (std::vector<int64_t>{'Q', ':', ' ', 'a', '\n', 'b'}));
+  EXPECT_EQ(samples[0].labels, (std::vector<int64_t>{-100, -100, -100, -100, -100, 'b'}));
+  EXPECT_EQ(load_dataset(d, &tok_, 64, true)[0].labels, samples[0].input_ids);
+
+  struct Case {
+    std::string row;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {"{\"text\": \"a\"}",
+       "data.jsonl:2: \"segments\" is missing; an input_output row is {\"segments\": [{\"label\": false, \"text\": "
+       "\"...\"}, {\"label\": true, \"text\": \"...\"}, ...]}"},
+      {"{\"segments\": {}}", "data.jsonl:2: \"segments\" must be a list, found object"},
+      {"{\"segments\": [\"a\"]}", "data.jsonl:2: segments[0] must be an object"},
+      {"{\"segments\": [{\"text\": \"a\"}]}",
+       "data.jsonl:2: segments[0].label must be true (trained) or false (not trained), found nothing"},
+      {"{\"segments\": [{\"label\": 1, \"text\": \"a\"}]}", "data.jsonl:2: segments[0].label must be true"},
+      {"{\"segments\": [{\"label\": true, \"text\": 5}]}",
+       "data.jsonl:2: segments[0]: \"text\" must be a string, found number 5"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.row);
+    expect_error(
+        [&] {
+          load_dataset(file("{\"segments\": [{\"label\": true, \"text\": \"ok\"}]}\n" + c.row + "\n", "input_output"),
+                       &tok_,
+                       64,
+                       false);
+        },
+        c.fragment);
+  }
+}
+
+TEST_F(DatasetTest, AJsonFileHoldsJsonLinesOrOneArrayOfRows) {
+  const auto lines =
+      load_dataset(file("{\"text\": \"hi\"}\n{\"text\": \"yo\"}\n", "completion", "lines.json"), &tok_, 8, false);
+  const auto array = load_dataset(
+      file(" \n[{\"text\": \"hi\"},\n {\"text\": \"yo\"}]\n", "completion", "array.json"), &tok_, 8, false);
+  ASSERT_EQ(array.size(), 2u);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(array[1].input_ids, (std::vector<int64_t>{256, 'y', 'o', 257}));
+  EXPECT_EQ(array[1].input_ids, lines[1].input_ids);
+  expect_error(
+      [&] { load_dataset(file("[{\"text\": \"hi\"}, {\"body\": 1}]", "completion", "a.json"), &tok_, 8, false); },
+      "a.json: row [1]: missing \"text\"");
+  expect_error([&] { load_dataset(file("[{\"text\": \"hi\"}, 3]", "completion", "a.json"), &tok_, 8, false); },
+               "a.json: row [1]: each row must be one JSON object, found a JSON number");
+  expect_error([&] { load_dataset(file("[{\"text\": \"hi\"},", "completion", "a.json"), &tok_, 8, false); },
+               "a.json: not a valid JSON array of rows (");
 }
 
 TEST_F(DatasetTest, DropsSamplesWithNothingToPredict) {
   // The first prompt fills the window (only masked tokens left); the second row predicts "5".
-  const auto d = file("{\"instruction\": \"" + std::string(100, 'x') +
-                          "\", \"output\": \"y\"}\n"
-                          "{\"instruction\": \"Add.\", \"output\": \"5\"}\n",
-                      "alpaca");
+  auto d = file("{\"instruction\": \"" + std::string(100, 'x') +
+                    "\", \"output\": \"y\"}\n"
+                    "{\"instruction\": \"Add.\", \"output\": \"5\"}\n",
+                "alpaca");
+  d.excess_length_strategy = "truncate";
   const auto prompt_len = static_cast<int64_t>(1 + alpaca_prompt("Add.", "").size());
   DatasetStats stats;
   const auto samples = load_dataset(d, &tok_, prompt_len + 1, false, &stats);
@@ -137,7 +226,7 @@ TEST_F(DatasetTest, DropsSamplesWithNothingToPredict) {
   EXPECT_EQ(samples[0].input_ids.back(), '5');
   EXPECT_EQ(stats.rows, 2);
   EXPECT_EQ(stats.truncated, 2);
-  EXPECT_EQ(stats.dropped, 1);
+  EXPECT_EQ(stats.dropped_untrained, 1);
   // With train_on_inputs the prompt itself is predicted: nothing is dropped.
   EXPECT_EQ(load_dataset(d, &tok_, prompt_len + 1, true).size(), 2u);
   // A pre-tokenized row whose labels are all -100 (apart from the never-predicted first one).
@@ -145,26 +234,26 @@ TEST_F(DatasetTest, DropsSamplesWithNothingToPredict) {
   EXPECT_EQ(load_dataset(p, nullptr, 8, false).size(), 1u);
 
   expect_error([&] { load_dataset(d, &tok_, 20, false); },
-               "data.jsonl: none of its 2 samples has a token to predict within sequence_len 20 (prompts fill the "
-               "window or labels are all -100); raise sequence_len or set train_on_inputs: true");
+               "data.jsonl: none of its 2 samples is kept: 0 are longer than sequence_len 20 (excess_length_strategy: "
+               "drop) and 2 have no token to predict (prompts fill the window or labels are all -100); raise "
+               "sequence_len or set train_on_inputs: true");
 }
 
 TEST_F(DatasetTest, BadFilesAndTypes) {
   const std::string row = "{\"text\": \"hi\"}\n";
-  expect_error([&] { load_dataset(file(row, "completion", "data.json"), &tok_, 8, false); },
-               "data.json: unsupported dataset file format '.json'; qtrain reads JSONL (a .jsonl file, one JSON "
-               "object per line). A JSON list converts with `jq -c '.[]' data.json > data.jsonl`");
-  expect_error([&] { load_dataset(file(row, "", "data.parquet"), &tok_, 8, false); }, "format '.parquet'");
+  expect_error([&] { load_dataset(file(row, "", "data.parquet"), &tok_, 8, false); },
+               "data.parquet: unsupported dataset file format '.parquet'; qtrain reads JSON Lines (.jsonl, one JSON "
+               "object per line) or a JSON array of rows (.json)");
   expect_error([&] { load_dataset(file(row, "", "data"), &tok_, 8, false); }, "format '(no extension)'");
   // Upper case is still JSONL.
   EXPECT_EQ(load_dataset(file(row, "completion", "DATA.JSONL"), &tok_, 8, false).size(), 1u);
 
-  for (const std::string type : {"completion", "alpaca", "chat_template"}) {
+  for (const std::string type : {"completion", "alpaca", "input_output", "chat_template"}) {
     expect_error([&] { load_dataset(file(row, type), nullptr, 8, false); },
                  "data.jsonl: dataset type '" + type + "' needs a tokenizer; this model has no tokenizer.json");
   }
   expect_error([&] { load_dataset(file(row, "sharegpt"), &tok_, 8, false); },
-               "dataset type 'sharegpt' is not one of completion, alpaca, chat_template, pretokenized");
+               "dataset type 'sharegpt' is not one of completion, alpaca, input_output, chat_template, pretokenized");
   config::DatasetConfig missing;
   missing.path = dir_ / "absent.jsonl";
   missing.type = "completion";

@@ -33,11 +33,10 @@ class TrainingDataTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  config::RunConfig run_config(int sequence_len = 16) const {
+  config::RunConfig run_config(int sequence_len = 16, const std::string& more = "") const {
     return config::parse_run_config(
         "base_model: model\nlora_target_linear: true\nsequence_len: " + std::to_string(sequence_len) +
-            "\ndataset_prepared_path: prepared\n"
-            "datasets:\n  - path: data.jsonl\n    type: completion\n",
+            "\ndataset_prepared_path: prepared\n" + more + "datasets:\n  - path: data.jsonl\n    type: completion\n",
         "run.yaml",
         dir_);
   }
@@ -66,17 +65,22 @@ TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
   std::ofstream(dir_ / "data.jsonl") << "{\"text\": \"hello\"}\n{\"text\": \"there\"}\n{\"text\": \"x\"}\n";
   EXPECT_EQ(load_training_samples(c, &tok_).size(), 3u);
   EXPECT_EQ(entries(dir_ / "prepared"), 2u);
-  EXPECT_EQ(load_training_samples(run_config(3), &tok_)[0].input_ids.size(), 3u);
+  EXPECT_EQ(load_training_samples(run_config(3, "excess_length_strategy: truncate\n"), &tok_)[0].input_ids.size(), 3u);
   EXPECT_EQ(entries(dir_ / "prepared"), 3u);
+  // "hello" and "there" are 7 tokens with BOS and EOS: dropped, "x" is kept.
+  EXPECT_EQ(load_training_samples(run_config(6), &tok_).size(), 1u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 4u);
+  EXPECT_EQ(load_training_samples(run_config(6, "excess_length_strategy: truncate\n"), &tok_).size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 5u);
   fs::create_directories(dir_ / "model");
   std::ofstream(dir_ / "model" / "tokenizer_config.json") << "{}";
   EXPECT_EQ(load_training_samples(c, &tok_).size(), 3u);
-  EXPECT_EQ(entries(dir_ / "prepared"), 4u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 6u);
   // special_tokens can change the EOS every sample ends with: another entry.
   auto eos = c;
   eos.special_tokens.eos_token = "<|im_end|>";
   EXPECT_EQ(load_training_samples(eos, &tok_).size(), 3u);
-  EXPECT_EQ(entries(dir_ / "prepared"), 5u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 7u);
 }
 
 TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
