@@ -1,7 +1,7 @@
 // `type: chat_template` datasets: each row holds a conversation (axolotl's layout,
 // {"messages": [{"role": ..., "content": ...}, ...]}), rendered with the model's chat template and
-// masked so that only the turns of `roles_to_train` (and their end-of-turn tokens) are trained.
-// See Note [Chat labels from character spans].
+// masked so that only the turns of `roles_to_train`, or those a row's training flags and details
+// mark (and their end-of-turn tokens), are trained. See Note [Chat labels from character spans].
 #pragma once
 
 #include <string>

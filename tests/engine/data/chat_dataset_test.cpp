@@ -417,6 +417,21 @@ TEST_F(ChatDatasetTest, ToolsKeepTheirKeyOrder) {
       "[{\"name\": \"f\", \"description\": \"d\", \"parameters\": {\"type\": \"object\", \"required\": []}}]\na\nb\n");
 }
 
+// message_property_mappings beyond role and content: the mapped key reaches the template under
+// the template's name and not under its own; an unmapped key under its own name.
+TEST_F(ChatDatasetTest, MappedMessagePropertiesReachTheTemplateUnderTheirNames) {
+  const ByteTokenizer bytes;
+  auto d = file(R"({"messages": [{"role": "user", "content": "a", "speaker": "bob", "mood": "glad"}, )"
+                R"({"role": "assistant", "content": "b", "speaker": "eve"}]})"
+                "\n");
+  d.chat_template_source =
+      "{% for m in messages %}{{ m.name }}|{{ m.speaker }}|{{ m.mood }}: {{ m['content'] }}\n{% endfor %}";
+  d.message_properties = {{"name", "speaker"}};
+  const auto samples = load_dataset(d, &bytes, 256, false);
+  ASSERT_EQ(samples.size(), 1u);
+  EXPECT_EQ(std::string(samples[0].input_ids.begin(), samples[0].input_ids.end()), "bob||glad: a\neve||: b\n");
+}
+
 // Completion and alpaca through a tokenizer.json, as axolotl: tokenizer(text) with the family's
 // special tokens (a BOS for Llama 3), EOS appended; alpaca's response without special tokens.
 TEST_F(ChatDatasetTest, CompletionAndAlpacaUseTheTokenizersSpecialTokens) {
