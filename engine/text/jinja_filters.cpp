@@ -287,13 +287,19 @@ Value f_unique(const Value& v, Args& a) {
   return Value::list(std::move(out));
 }
 
+// map, select, reject, selectattr and rejectattr yield nothing for a false value (jinja2 guards
+// them with `if value:`), so `none | selectattr(...)` is an empty list, not an error.
+List iterate_if_true(const Value& v) {
+  return v.truthy() ? iterate(v) : List{};
+}
+
 Value f_map(const Value& v, Args& a) {
   List out;
   if (a.has(9999, "attribute")) {
     const std::string attribute = a.get(9999, "attribute").str();
     const Value fallback = a.get(9999, "default");
     a.done(0);
-    for (const Value& item : iterate(v)) {
+    for (const Value& item : iterate_if_true(v)) {
       Value x = lookup_path(item, attribute);
       out.push_back(x.is_undefined() && a.has(9999, "default") ? fallback : x);
     }
@@ -302,7 +308,7 @@ Value f_map(const Value& v, Args& a) {
   if (a.positional().empty()) fail("map: give a filter name or attribute=...");
   const std::string& filter = need_string(a.positional()[0], "the filter name given to map");
   if (!has_filter(filter)) fail("map: no filter named '" + filter + "'");
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate_if_true(v)) {
     CallArgs fargs;
     fargs.positional.assign(a.positional().begin() + 1, a.positional().end());
     out.push_back(apply_filter(filter, item, fargs));
@@ -315,7 +321,7 @@ Value select_impl(const Value& v, Args& a, bool by_attribute, bool keep) {
   List out;
   const auto& positional = a.positional();
   if (by_attribute && positional.empty()) fail(who + ": give the attribute name");
-  for (const Value& item : iterate(v)) {
+  for (const Value& item : iterate_if_true(v)) {
     const Value subject = by_attribute ? lookup_path(item, positional[0].str()) : item;
     if (run_named_test(subject, positional, by_attribute ? 1 : 0, who) == keep) out.push_back(item);
   }

