@@ -23,6 +23,7 @@
 
 #include "engine/config/byte_size.h"
 #include "engine/config/config_keys.h"
+#include "engine/text/named_chat_template.h"
 
 namespace qtrain::engine::config {
 namespace {
@@ -933,18 +934,36 @@ RunConfig read_config(Reader& r) {
   c.sample_packing = r.boolean("sample_packing", c.sample_packing);
   c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
   c.chat_template_jinja = r.text("chat_template_jinja", "chat_template_jinja: ./chatml.jinja");
-  c.chat_template = r.choice("chat_template",
-                             c.chat_template_jinja.empty() ? c.chat_template : "jinja",
-                             {"tokenizer_default", "jinja"},
-                             "use tokenizer_default (the template in tokenizer_config.json) or jinja (with "
-                             "chat_template_jinja); axolotl's built-in templates are not included, copy one into a "
-                             ".jinja file",
-                             {});
+  std::vector<std::string> template_choices = {"tokenizer_default", "jinja"};
+  const std::vector<std::string> template_names = text::named_chat_template_names();
+  template_choices.insert(template_choices.end(), template_names.begin(), template_names.end());
+  for (const std::string& n : template_names) {
+    template_choices.push_back(std::string(text::kTokenizerDefaultFallbackPrefix) + n);
+  }
+  c.chat_template =
+      r.choice("chat_template",
+               c.chat_template_jinja.empty() ? c.chat_template : "jinja",
+               template_choices,
+               "use tokenizer_default (the template in tokenizer_config.json), one of axolotl's template "
+               "names (chatml, llama3, ...), tokenizer_default_fallback_<name> (the tokenizer's template, "
+               "else that one) or jinja with chat_template_jinja (your own template: the Jinja text or a "
+               ".jinja file)",
+               {});
   c.eot_tokens = r.strings("eot_tokens", "eot_tokens: [\"<|im_end|>\"]");
   r.guard({"chat_template"}, [&] {
     TORCH_CHECK(c.chat_template != "jinja" || !c.chat_template_jinja.empty(),
                 r.place_of("chat_template"),
                 ": chat_template: jinja needs chat_template_jinja (the Jinja text, or the path of a .jinja file)");
+    if (c.chat_template.starts_with(text::kTokenizerDefaultFallbackPrefix)) {
+      const std::string fallback =
+          text::named_chat_template(c.chat_template.substr(text::kTokenizerDefaultFallbackPrefix.size()));
+      for (DatasetConfig& d : c.datasets) d.chat_template_fallback = fallback;
+      return;
+    }
+    if (const auto named = text::find_named_chat_template(c.chat_template)) {
+      for (DatasetConfig& d : c.datasets) d.chat_template_source = *named;
+      return;
+    }
     if (c.chat_template != "jinja") return;
     // Inline Jinja has a tag; anything else is the path of a file, resolved like other paths.
     const bool inline_text =

@@ -56,8 +56,11 @@ struct DatasetConfig {
   // train_on_eot: the same choices for the eot_tokens; "" (key absent): as train_on_eos.
   std::string train_on_eot;
   // From the top-level keys, which apply to every dataset. chat_template_source: the Jinja text
-  // of `chat_template: jinja` (read from chat_template_jinja); "" for tokenizer_default.
+  // of `chat_template: jinja` (read from chat_template_jinja) or of a named template; "" for the
+  // tokenizer's. chat_template_fallback: the named template of tokenizer_default_fallback_<name>,
+  // used when the tokenizer has none.
   std::string chat_template_source;
+  std::string chat_template_fallback;
   // Top-level eot_tokens; empty: [the tokenizer's eos_token].
   std::vector<std::string> eot_tokens;
   // Top-level excess_length_strategy: "drop", "truncate" or "raise" for samples longer than
@@ -138,8 +141,10 @@ struct RunConfig {
   bool sample_packing = false;
   // Also compute the loss on the prompt part of a sample (alpaca: instruction and input).
   bool train_on_inputs = false;
-  // Chat datasets: "tokenizer_default" (the template in tokenizer_config.json) or "jinja" (the
-  // template in chat_template_jinja: inline Jinja text or the path of a .jinja file).
+  // Chat datasets: "tokenizer_default" (the template in tokenizer_config.json), "jinja" (the
+  // template in chat_template_jinja: inline Jinja text or the path of a .jinja file), one of
+  // axolotl's template names (engine/text/named_chat_template.h) or
+  // "tokenizer_default_fallback_<name>" (the tokenizer's template, else the named one).
   std::string chat_template = "tokenizer_default";
   std::string chat_template_jinja;
   // The tokens that end a turn, trained after a trained turn per train_on_eot; empty: eos_token.

@@ -364,11 +364,13 @@ std::vector<int64_t> token_ids(const std::vector<std::string>& names, const Text
 std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
                                        const TextTokenizer& tokenizer,
                                        bool train_on_inputs) {
-  const auto source = d.chat_template_source.empty() ? tokenizer.chat_template() : d.chat_template_source;
+  auto source = d.chat_template_source.empty() ? tokenizer.chat_template() : d.chat_template_source;
+  if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
   TORCH_CHECK(source.has_value(),
               d.path.string(),
               ": type chat_template needs a chat template, and the model's tokenizer_config.json has none; set "
-              "chat_template: jinja and chat_template_jinja: (the Jinja text or a .jinja file)");
+              "chat_template to a named template (chatml, llama3, ...) or to jinja with chat_template_jinja: (the "
+              "Jinja text or a .jinja file)");
   const text::ChatTemplate chat_template(*source);
   const auto eot_names = d.eot_tokens.empty() ? std::vector<std::string>{tokenizer.eos_token()} : d.eot_tokens;
   const auto eot = token_ids(eot_names, tokenizer);

@@ -25,4 +25,10 @@ std::optional<std::string> find_named_chat_template(std::string_view name);
 // The template's Jinja text; an unknown name is a TemplateError that lists the names there are.
 std::string named_chat_template(std::string_view name);
 
+// The template `choice` means, as `qtrain tokenize --chat-template` takes it: "" or
+// tokenizer_default (the tokenizer's template), a name, tokenizer_default_fallback_<name>, or
+// the path of a Jinja file. `tokenizer_template` is the tokenizer's template, if it has one.
+// Errors (no such name or file, no tokenizer template) are TemplateErrors that say what to give.
+std::string choose_chat_template(const std::string& choice, const std::optional<std::string>& tokenizer_template);
+
 }  // namespace qtrain::engine::text

@@ -51,6 +51,7 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                         {"train_on_eos", d.train_on_eos},
                         {"train_on_eot", d.train_on_eot},
                         {"chat_template_source", d.chat_template_source},
+                        {"chat_template_fallback", d.chat_template_fallback},
                         {"eot_tokens", d.eot_tokens},
                         {"special_tokens",
                          {c.special_tokens.bos_token,

@@ -1,7 +1,8 @@
 // The qtrain command line end to end: init-model writes a folder transformers loads; eval's JSON
 // loss equals transformers' (+ peft, + bitsandbytes) loss on the same data; quantize writes a
 // bitsandbytes folder that transformers loads with the same loss and that qtrain reads back
-// without quantizing again; tokenize prints the ids HF `tokenizers` gives, one line each.
+// without quantizing again; tokenize prints the ids HF `tokenizers` gives, one line each, and
+// with --chat the ids of transformers' apply_chat_template(tokenize=True).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -317,6 +318,90 @@ TEST_F(Commands, TokenizePrintsHfIdsPerLine) {
   const auto bad = run(qtrain() + " tokenize --tokenizer " + dir_.string() + " < /dev/null", true);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("tokenizer.json: not found"), std::string::npos) << bad.out;
+}
+
+// tokenize --chat against transformers' apply_chat_template(tokenize=True)
+// (scripts/reference/chat_tokenize_reference.py) on the stand-in tokenizers: the named template
+// of each family, both ways of add_generation_prompt, and the tokenizer's own template.
+TEST_F(Commands, TokenizeChatPrintsApplyChatTemplateIds) {
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const fs::path fixtures = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers";
+  const fs::path named = fs::path(QTRAIN_SOURCE_DIR) / "engine/text/chat_templates";
+  std::ofstream(dir_ / "conversations.jsonl")
+      << R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there, café?"}, )"
+      << R"({"role": "assistant", "content": "Hello! ☕ yes."}, {"role": "user", "content": "And 2+2?"}, )"
+      << R"({"role": "assistant", "content": " 4 "}])"
+      << "\n"
+      << R"({"messages": [{"role": "user", "content": "Weather in Zürich?"}, {"role": "assistant", "content": )"
+      << R"("Sunny."}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": )"
+      << R"("Weather now", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]})"
+      << "\n"
+      << R"([{"role": "user", "content": "Only a question"}])"
+      << "\n";
+  // The Qwen3 stand-in with a template of its own (ChatML's text).
+  const fs::path own = dir_ / "qwen3-own-template";
+  fs::create_directories(own);
+  fs::copy_file(fixtures / "qwen3" / "tokenizer.json", own / "tokenizer.json");
+  auto config = nlohmann::ordered_json::parse(std::ifstream(fixtures / "qwen3" / "tokenizer_config.json"));
+  std::ifstream chatml(named / "chatml.jinja");
+  config["chat_template"] = std::string(std::istreambuf_iterator<char>(chatml), std::istreambuf_iterator<char>());
+  std::ofstream(own / "tokenizer_config.json") << config.dump();
+
+  const std::vector<std::pair<fs::path, std::string>> runs = {
+      {fixtures / "qwen3", "qwen3"},
+      {fixtures / "qwen3", "qwen_25"},
+      {fixtures / "llama3", "llama3"},
+      {fixtures / "gemma3", "gemma3"},
+      {fixtures / "mistral_v01", "mistral_v1"},
+      {fixtures / "mistral_tekken", "mistral_v3_tekken"},
+      {own, ""},
+  };
+  // One reference run for all: transformers loads once.
+  std::string reference_runs;
+  for (const auto& [tokenizer, name] : runs) {
+    reference_runs += " --run " + tokenizer.string() + (name.empty() ? "" : "=" + (named / (name + ".jinja")).string());
+  }
+  const auto want_file = dir_ / "chat_ids.json";
+  const auto ref = run(python() + " " + QTRAIN_SOURCE_DIR + "/scripts/reference/chat_tokenize_reference.py --data " +
+                           (dir_ / "conversations.jsonl").string() + reference_runs + " --out " + want_file.string(),
+                       true);
+  ASSERT_EQ(ref.status, 0) << ref.out;
+  const auto want = nlohmann::json::parse(std::ifstream(want_file));
+  ASSERT_EQ(want.size(), 2 * runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const bool prompt : {false, true}) {
+      const auto& [tokenizer, name] = runs[r];
+      SCOPED_TRACE(tokenizer.string() + " " + name + (prompt ? " --add-generation-prompt" : ""));
+      const auto& want_ids = want[2 * r + (prompt ? 1 : 0)];
+      ASSERT_EQ(want_ids.at("add_generation_prompt"), prompt);
+      const std::string flags =
+          (name.empty() ? "" : " --chat-template " + name) + (prompt ? " --add-generation-prompt" : "");
+      const auto got = run(qtrain() + " tokenize --chat --tokenizer " + tokenizer.string() + flags + " < " +
+                               (dir_ / "conversations.jsonl").string(),
+                           true);
+      ASSERT_EQ(got.status, 0) << got.out;
+      std::istringstream got_in(got.out);
+      std::string line;
+      for (size_t i = 0; i < want_ids.at("ids").size(); ++i) {
+        ASSERT_TRUE(std::getline(got_in, line)) << "missing line " << i + 1;
+        EXPECT_EQ(nlohmann::json::parse(line), want_ids["ids"][i]) << "line " << i + 1;
+      }
+      EXPECT_EQ(want_ids["ids"].size(), 3u);
+      EXPECT_FALSE(std::getline(got_in, line)) << "extra output: " << line;
+    }
+  }
+  // A template that refuses a conversation: the line and the template's message.
+  const auto refused = run(qtrain() + " tokenize --chat --chat-template gemma --tokenizer " +
+                               (fixtures / "gemma3").string() + " < " + (dir_ / "conversations.jsonl").string(),
+                           true);
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.out.find("line 1 of the input"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("System role not supported"), std::string::npos) << refused.out;
+  const auto unknown = run(qtrain() + " tokenize --chat --chat-template chatml3 --tokenizer " +
+                               (fixtures / "qwen3").string() + " < /dev/null",
+                           true);
+  EXPECT_NE(unknown.status, 0);
+  EXPECT_NE(unknown.out.find("'chatml3' is neither a named template (chatml, gemma"), std::string::npos) << unknown.out;
 }
 
 TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {

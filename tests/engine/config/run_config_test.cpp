@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/text/named_chat_template.h"
 #include "tests/expect_error.h"
 
 namespace qtrain::engine::config {
@@ -643,9 +644,14 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {},
        "run.yaml:6:5: datasets[0].chat_template: axolotl key 'chat_template' is not supported by qtrain; one "
        "template serves every dataset: set the top-level chat_template"},
-      {kHead + "chat_template: chatml\n",
+      {kHead + "chat_template: chatml3\n",
        {},
-       "run.yaml:3:16: chat_template: 'chatml' is not one of tokenizer_default, jinja; use tokenizer_default"},
+       "run.yaml:3:16: chat_template: 'chatml3' is not one of tokenizer_default, jinja, chatml, gemma, gemma3, "
+       "llama3, mistral_v1"},
+      {kHead + "chat_template: chatml3\n", {}, "or jinja with chat_template_jinja (your own template"},
+      {kHead + "chat_template: tokenizer_default_fallback_chatml3\n",
+       {},
+       "chat_template: 'tokenizer_default_fallback_chatml3' is not one of"},
       {kHead + "chat_template: jinja\n", {}, "run.yaml:3:1: chat_template: jinja needs chat_template_jinja"},
       {kHead + "chat_template_jinja: missing.jinja\n",
        {},
@@ -838,6 +844,26 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
     EXPECT_EQ(parse_run_config(text, "saved.yaml", "/elsewhere"), c);
     EXPECT_EQ(to_yaml(parse_run_config(text, "saved.yaml", "/elsewhere")), text);
   }
+}
+
+// axolotl's template names: the named template's text for every dataset; with
+// tokenizer_default_fallback_<name>, the tokenizer's template first (no source) and the named
+// one as the fallback.
+TEST(RunConfigTest, ChatTemplateNamesGiveTheNamedTemplate) {
+  const std::string head =
+      "base_model: m\nlora_target_linear: true\ndatasets:\n  - path: a.jsonl\n    type: chat_template\n";
+  const auto named = parse(head + "chat_template: llama3\n");
+  EXPECT_EQ(named.chat_template, "llama3");
+  EXPECT_EQ(named.datasets.at(0).chat_template_source, text::named_chat_template("llama3"));
+  EXPECT_EQ(named.datasets.at(0).chat_template_fallback, "");
+  EXPECT_EQ(parse(to_yaml(named)), named);
+
+  const auto fallback = parse(head + "chat_template: tokenizer_default_fallback_qwen3\n");
+  EXPECT_EQ(fallback.datasets.at(0).chat_template_source, "");
+  EXPECT_EQ(fallback.datasets.at(0).chat_template_fallback, text::named_chat_template("qwen3"));
+  EXPECT_EQ(parse(to_yaml(fallback)), fallback);
+
+  EXPECT_EQ(parse(head).datasets.at(0).chat_template_fallback, "");
 }
 
 TEST(RunConfigTest, ChatTemplateDatasetsReadAxolotlsKeys) {

@@ -385,7 +385,7 @@ TEST_F(ChatDatasetTest, ATokenizerWithoutATemplateNeedsChatTemplateJinja) {
   const ByteTokenizer bytes;
   expect_error([&] { load_dataset(file("{\"messages\": []}\n"), &bytes, 64, false); },
                "data.jsonl: type chat_template needs a chat template, and the model's tokenizer_config.json has "
-               "none; set chat_template: jinja");
+               "none; set chat_template to a named template (chatml, llama3, ...) or to jinja");
   auto d = file(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})"
                 "\n");
   d.chat_template_source = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
@@ -400,6 +400,26 @@ TEST_F(ChatDatasetTest, ATokenizerWithoutATemplateNeedsChatTemplateJinja) {
   std::vector<int64_t> labels(text.size(), -100);
   labels[text.find('b')] = 'b';
   EXPECT_EQ(samples[0].labels, labels);
+}
+
+// tokenizer_default_fallback_<name>: the tokenizer's own template when it has one, else <name>.
+TEST_F(ChatDatasetTest, TheFallbackTemplateServesOnlyATokenizerWithoutOne) {
+  const ByteTokenizer bytes;  // has no template
+  auto d = file(R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})"
+                "\n");
+  d.chat_template_fallback = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}";
+  const auto fallback = load_dataset(d, &bytes, 64, false);
+  ASSERT_EQ(fallback.size(), 1u);
+  const std::string text = "user: a\nassistant: b\n";
+  EXPECT_EQ(fallback[0].input_ids, std::vector<int64_t>(text.begin(), text.end()));
+  // The Qwen3 stand-in has its ChatML template, which wins over the fallback.
+  const auto own = load_dataset(d, tok_.get(), 4096, false);
+  d.chat_template_fallback.clear();
+  const auto without = load_dataset(d, tok_.get(), 4096, false);
+  ASSERT_EQ(own.size(), 1u);
+  ASSERT_EQ(without.size(), 1u);
+  EXPECT_EQ(own[0].input_ids, without[0].input_ids);
+  EXPECT_NE(own[0].input_ids, fallback[0].input_ids);
 }
 
 // A row's tools reach the template as the file writes them: tojson keeps the key order.

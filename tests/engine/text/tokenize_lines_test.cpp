@@ -61,5 +61,37 @@ TEST(TokenizeLines, ABadLineIsNamed) {
   EXPECT_EQ(out.str(), "[0]\n");
 }
 
+// --chat: the conversation rendered, then tokenized without special tokens; both input shapes;
+// what goes wrong names the line. (Parity with apply_chat_template: Commands.TokenizeChat...)
+TEST(TokenizeChatLines, RendersEachConversationAndNamesBadLines) {
+  const auto t = make(tiny_json({"a", "b", "<", ">"}, nlohmann::json::array()));
+  const ChatTemplate chat(
+      "{% for m in messages %}<{{ m.content }}>{% endfor %}{% if tools %}{% for t in tools %}>{% endfor %}{% endif %}",
+      "t");
+  std::istringstream in(R"([{"role": "user", "content": "a"}])"
+                        "\n"
+                        R"({"messages": [{"role": "user", "content": "b"}], "tools": [1, 2]})"
+                        "\n");
+  std::ostringstream out;
+  EXPECT_EQ(tokenize_chat_lines(t, chat, in, out, false), 2u);
+  EXPECT_EQ(out.str(), "[2, 0, 3]\n[2, 1, 3, 3, 3]\n");
+
+  for (const auto& [line, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"not json", "line 2 of the input: not JSON"},
+           {R"({"turns": []})", "line 2 of the input: the object has no \"messages\""},
+           {R"({"messages": "hi"})", "line 2 of the input: the messages are string, not a list"},
+           {R"([{"role": "user", "content": "a"}, "x"])", "line 2 of the input: "},
+       }) {
+    std::istringstream bad("[]\n" + line + "\n");
+    std::ostringstream ignored;
+    try {
+      tokenize_chat_lines(t, chat, bad, ignored, false);
+      ADD_FAILURE() << "no error for " << line;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qtrain::engine::text::test
