@@ -36,6 +36,7 @@ const std::vector<std::string> kKeys = {
     "special_tokens",
     "excess_length_strategy",
     "dataset_prepared_path",
+    "dataset_processes",
     "val_set_size",
     "micro_batch_size",
     "gradient_accumulation_steps",
