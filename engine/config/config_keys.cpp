@@ -119,6 +119,8 @@ const std::vector<RefusedKey> kRefused = {
     {"layer_offloading",
      "qtrain streams layers from host RAM with its own keys: offload_layers: auto (see `qtrain plan`); remove the key"},
     {"group_by_length", "grouping samples by length is not supported; remove the key"},
+    {"dataset_num_proc",
+     "qtrain reads the tokenizing threads as dataset_processes (axolotl's older name); rename the key"},
     {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
     {"save_strategy", "use save_steps"},
     {"save_safetensors", "qtrain always writes safetensors; remove the key"},
