@@ -1014,6 +1014,8 @@ RunConfig read_config(Reader& r) {
                                       {});
   for (DatasetConfig& d : c.datasets) d.excess_length_strategy = c.excess_length_strategy;
   c.dataset_prepared_path = r.path("dataset_prepared_path", c.dataset_prepared_path);
+  c.dataset_processes = r.integer(
+      "dataset_processes", c.dataset_processes, at_least(0), "use the threads that tokenize rows, or 0 for every core");
   r.guard({"val_set_size"}, [&] {
     if (const Entry* e = r.find("val_set_size")) {
       const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
@@ -1437,6 +1439,7 @@ std::string to_yaml(const RunConfig& c) {
       << ", unk_token: " << quoted(c.special_tokens.unk_token) << "}\n";
   line("excess_length_strategy", c.excess_length_strategy);
   line("dataset_prepared_path", quoted(c.dataset_prepared_path.string()));
+  line("dataset_processes", std::to_string(c.dataset_processes));
   // A whole count is written as an integer, the way users write it.
   line("val_set_size",
        c.val_set_size >= 1 ? std::to_string(static_cast<int64_t>(c.val_set_size)) : format_double(c.val_set_size));

@@ -154,6 +154,9 @@ struct RunConfig {
   std::string excess_length_strategy = "drop";
   // A folder that caches tokenized datasets (See Note [Prepared dataset cache]); empty: none.
   std::filesystem::path dataset_prepared_path;
+  // Threads that tokenize dataset rows; 0: one per core (axolotl: os.cpu_count()). Does not change
+  // the samples.
+  int64_t dataset_processes = 0;
   // Held-out rows for evaluation: a fraction in [0, 1) when below 1, else a whole number of
   // rows. 0: no evaluation set.
   double val_set_size = 0.0;

@@ -363,7 +363,8 @@ std::vector<int64_t> token_ids(const std::vector<std::string>& names, const Text
 
 std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
                                        const TextTokenizer& tokenizer,
-                                       bool train_on_inputs) {
+                                       bool train_on_inputs,
+                                       const RowMapOptions& rows) {
   auto source = d.chat_template_source.empty() ? tokenizer.chat_template() : d.chat_template_source;
   if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
   TORCH_CHECK(source.has_value(),
@@ -392,8 +393,7 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
   for (const auto& r : d.roles_to_train) trained_roles.insert(template_role(r, d).value_or(r));
   const bool any_all = d.train_on_eos == "all" || train_on_eot == "all";
 
-  std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& raw, const std::string& where) {
+  const auto row_samples = [&](const nlohmann::ordered_json& raw, const std::string& where, auto& samples) {
     const auto row = without_nulls(raw);
     const auto turns = read_turns(row, d, where);
     text::ChatTemplateInput input;
@@ -473,8 +473,8 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
     if (last_eot && train_on_eot == "last") s.labels[*last_eot] = tokens.ids[*last_eot];
     if (last_eos && d.train_on_eos == "last") s.labels[*last_eos] = tokens.ids[*last_eos];
     samples.push_back(std::move(s));
-  });
-  return samples;
+  };
+  return map_jsonl_rows(d.path, rows, row_samples);
 }
 
 }  // namespace qtrain::engine::data

@@ -11,6 +11,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/data/pretokenized.h"
+#include "engine/data/row_map.h"
 #include "engine/data/text_tokenizer.h"
 
 namespace qtrain::engine::data {
@@ -20,6 +21,7 @@ namespace qtrain::engine::data {
 // train_on_inputs trains every turn, as axolotl's.
 std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
                                        const TextTokenizer& tokenizer,
-                                       bool train_on_inputs);
+                                       bool train_on_inputs,
+                                       const RowMapOptions& rows = {});
 
 }  // namespace qtrain::engine::data

@@ -55,10 +55,11 @@ void append(std::vector<int64_t>& ids, std::vector<int64_t>& labels, const std::
 
 // As axolotl's completion strategy: tokenizer(text) with the family's special tokens, EOS appended
 // when the text does not already end with it; every token trained.
-std::vector<Sample> read_completion(const config::DatasetConfig& d, const TextTokenizer& tokenizer) {
+std::vector<Sample> read_completion(const config::DatasetConfig& d,
+                                    const TextTokenizer& tokenizer,
+                                    const RowMapOptions& rows) {
   const std::string field = d.field.empty() ? "text" : d.field;
-  std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+  const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
     const auto hint = "a completion row holds its text in \"" + field + "\" (this row has keys: " + keys_of(row) +
                       "); set the dataset's `field:` to the key that holds the text";
     const auto text = string_field(row, field, where, hint);
@@ -67,17 +68,19 @@ std::vector<Sample> read_completion(const config::DatasetConfig& d, const TextTo
     Sample s;
     append(s.input_ids, s.labels, ids, true);
     samples.push_back(std::move(s));
-  });
-  return samples;
+  };
+  return map_jsonl_rows(d.path, rows, row_samples);
 }
 
 // As axolotl's InstructionPromptTokenizingStrategy: the prompt (with the family's special tokens)
 // and the response (without them, EOS appended) are tokenized separately and concatenated, so the
 // label boundary is exactly the prompt/response junction.
-std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const TextTokenizer& tokenizer, bool train_on_inputs) {
+std::vector<Sample> read_alpaca(const config::DatasetConfig& d,
+                                const TextTokenizer& tokenizer,
+                                bool train_on_inputs,
+                                const RowMapOptions& rows) {
   static const std::string hint = "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
-  std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+  const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
     const auto instruction = string_field(row, "instruction", where, hint);
     const auto input = string_field(row, "input", where, hint, /*optional=*/true);
     const auto output = string_field(row, "output", where, hint);
@@ -86,8 +89,8 @@ std::vector<Sample> read_alpaca(const config::DatasetConfig& d, const TextTokeni
     append(s.input_ids, s.labels, tokenizer.tokenize(output, false).ids, true);
     append(s.input_ids, s.labels, {tokenizer.eos_id()}, true);
     samples.push_back(std::move(s));
-  });
-  return samples;
+  };
+  return map_jsonl_rows(d.path, rows, row_samples);
 }
 
 // As axolotl's RawInputOutputStrategy: each segment tokenized on its own without special tokens
@@ -128,12 +131,12 @@ Sample input_output_sample(const nlohmann::ordered_json& row,
 
 std::vector<Sample> read_input_output(const config::DatasetConfig& d,
                                       const TextTokenizer& tokenizer,
-                                      bool train_on_inputs) {
-  std::vector<Sample> samples;
-  for_each_jsonl_row(d.path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+                                      bool train_on_inputs,
+                                      const RowMapOptions& rows) {
+  const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
     samples.push_back(input_output_sample(row, where, tokenizer, train_on_inputs));
-  });
-  return samples;
+  };
+  return map_jsonl_rows(d.path, rows, row_samples);
 }
 
 bool is_json(const std::filesystem::path& path) {
@@ -160,7 +163,8 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  const TextTokenizer* tokenizer,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
-                                 DatasetStats* stats) {
+                                 DatasetStats* stats,
+                                 const RowMapOptions& rows) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   const auto& path = d.path;
   TORCH_CHECK(is_json(path),
@@ -188,13 +192,13 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
     // Read whole, so that truncation is counted below like that of the text formats.
     samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max());
   } else if (type == "completion") {
-    samples = read_completion(d, *tokenizer);
+    samples = read_completion(d, *tokenizer, rows);
   } else if (type == "chat_template") {
-    samples = read_chat_template(d, *tokenizer, train_on_inputs);
+    samples = read_chat_template(d, *tokenizer, train_on_inputs, rows);
   } else if (type == "input_output") {
-    samples = read_input_output(d, *tokenizer, train_on_inputs);
+    samples = read_input_output(d, *tokenizer, train_on_inputs, rows);
   } else {
-    samples = read_alpaca(d, *tokenizer, train_on_inputs);
+    samples = read_alpaca(d, *tokenizer, train_on_inputs, rows);
   }
 
   // As axolotl: samples longer than sequence_len first (handle_long_seq_in_dataset), then those

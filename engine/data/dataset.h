@@ -26,6 +26,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/data/pretokenized.h"
+#include "engine/data/row_map.h"
 #include "engine/data/text_tokenizer.h"
 
 namespace qtrain::engine::data {
@@ -39,12 +40,14 @@ struct DatasetStats {
 };
 
 // `tokenizer` is null when the model has none (text types are then an error). Every error names
-// the file and line, the field, the value and the fix.
+// the file and line, the field, the value and the fix. Rows convert on `rows.threads` threads with
+// the same result as on one (See Note [Parallel rows] in row_map.cpp).
 std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  const TextTokenizer* tokenizer,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
-                                 DatasetStats* stats = nullptr);
+                                 DatasetStats* stats = nullptr,
+                                 const RowMapOptions& rows = {});
 
 // axolotl's alpaca prompt (prompters.AlpacaPrompter, style "instruct") up to and including
 // "### Response:\n"; `input` empty selects the variant without an input section.

@@ -21,6 +21,10 @@ struct TokenizedText {
   std::vector<std::pair<size_t, size_t>> spans;
 };
 
+// Every method may be called from many threads at once on one instance (the dataset formats
+// tokenize rows in parallel, engine/data/row_map.h), and implementations keep it so: the byte
+// tokenizer has no state, special_tokens.h's wrapper only reads, and the Hugging Face one is
+// engine/text's Tokenizer, whose const methods are thread-safe.
 class TextTokenizer {
  public:
   virtual ~TextTokenizer() = default;

@@ -2,6 +2,7 @@
 #include "engine/text/bpe.h"
 
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
 
@@ -31,7 +32,10 @@ namespace qtrain::engine::text {
 // Note [BPE cache]
 // As HF does, the tokens of pieces shorter than 256 bytes are kept (up to 10,000 pieces; then no
 // more are added) so that a repeated word is merged once. The result of a piece depends on the
-// piece alone, so the cache never changes results. It is shared by all threads behind a mutex.
+// piece alone, so the cache never changes results. It is shared by all threads behind a
+// readers-writer lock taken only when free, as HF's Cache (utils/cache.rs) does with try_read and
+// try_write: a thread never waits for the cache, it merges the piece itself instead, and once the
+// cache is full it is only read.
 constexpr size_t kCacheMaxPieceBytes = 256;
 constexpr size_t kCacheCapacity = 10'000;
 
@@ -246,8 +250,10 @@ std::vector<PieceToken> Bpe::tokenize(std::string_view piece) const {
   }
   const bool cacheable = piece.size() < kCacheMaxPieceBytes;
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_->mutex);
-    if (const auto it = cache_->entries.find(piece); it != cache_->entries.end()) return it->second;
+    std::shared_lock<std::shared_mutex> lock(cache_->mutex, std::try_to_lock);
+    if (lock.owns_lock()) {
+      if (const auto it = cache_->entries.find(piece); it != cache_->entries.end()) return it->second;
+    }
   }
   auto symbols = merge_word(piece);
   merge_all(symbols);
@@ -257,8 +263,12 @@ std::vector<PieceToken> Bpe::tokenize(std::string_view piece) const {
     if (s.len != 0) tokens.push_back({s.id, s.begin, s.begin + s.len});
   }
   if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_->mutex);
-    if (cache_->entries.size() < kCacheCapacity) cache_->entries.emplace(piece, tokens);
+    bool room = false;
+    if (std::shared_lock<std::shared_mutex> lock(cache_->mutex, std::try_to_lock); lock.owns_lock()) {
+      room = cache_->entries.size() < kCacheCapacity;
+    }
+    std::unique_lock<std::shared_mutex> lock(cache_->mutex, std::defer_lock);
+    if (room && lock.try_lock() && cache_->entries.size() < kCacheCapacity) cache_->entries.emplace(piece, tokens);
   }
   return tokens;
 }

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -73,7 +73,7 @@ class Bpe {
 
   // See Note [BPE cache].
   struct Cache {
-    std::mutex mutex;
+    std::shared_mutex mutex;
     std::unordered_map<std::string, std::vector<PieceToken>, StringHash, std::equal_to<>> entries;
   };
   std::unique_ptr<Cache> cache_ = std::make_unique<Cache>();

@@ -41,9 +41,13 @@ class ChatTemplate {
   // **variables) renders, and the spans its {% generation %} blocks recorded (byte offsets,
   // see Note [Generation spans]). A template that refuses the conversation through
   // raise_exception throws TemplateRaised; template bugs throw TemplateError.
+  // Safe to call from many threads at once on one instance: each call has its own scope and
+  // output, the parsed template is read-only, and strftime_now() reads the local time with
+  // localtime_r (or the clock below, which must then be safe to call concurrently too).
   Rendered render(const ChatTemplateInput& input) const;
 
-  // strftime_now() reads this clock instead of the local time (for reproducible renders).
+  // strftime_now() reads this clock instead of the local time (for reproducible renders). Not to
+  // be called while another thread renders.
   void set_clock(std::function<std::tm()> now) { options_.now = std::move(now); }
 
   const std::string& name() const { return name_; }

@@ -32,6 +32,10 @@ struct TokenizerConfig {
   std::optional<std::string> chat_template;
 };
 
+// Thread safety: the const methods (encode, decode, lookups) may run on one instance from many
+// threads at once. Their only shared mutable state is the BPE cache, which locks (See Note [BPE
+// cache]); regexes are compiled once and searched with a match region per call; utf8proc and the
+// byte tables are read-only.
 class Tokenizer {
  public:
   // `dir`/tokenizer.json (required) and `dir`/tokenizer_config.json (optional).

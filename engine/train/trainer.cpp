@@ -23,6 +23,7 @@
 #include "engine/train/memory_stats.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
+#include "engine/train/progress_line.h"
 #include "engine/train/run_state.h"
 #include "engine/train/step_intervals.h"
 #include "engine/train/training_data.h"
@@ -33,18 +34,6 @@ namespace {
 
 // Steps in a row whose loss or gradient is not finite before the run stops.
 constexpr int64_t kMaxConsecutiveNonFinite = 10;
-
-std::string clock(double seconds) {
-  const auto s = static_cast<int64_t>(std::max(0.0, seconds));
-  char buf[32];
-  std::snprintf(buf,
-                sizeof buf,
-                "%lld:%02lld:%02lld",
-                static_cast<long long>(s / 3600),
-                static_cast<long long>(s / 60 % 60),
-                static_cast<long long>(s % 60));
-  return buf;
-}
 
 // A batch on the compute device. On CUDA the copies go through pinned memory and do not block
 // the host, so the next batch is assembled while this one is copied. Unpacked rows drop their
@@ -297,8 +286,8 @@ TrainResult train(const config::RunConfig& c) {
           lr,
           last_grad_norm,
           tps,
-          clock(elapsed).c_str(),
-          clock(per_step * static_cast<double>(total - state.global_step)).c_str(),
+          clock_text(elapsed).c_str(),
+          clock_text(per_step * static_cast<double>(total - state.global_step)).c_str(),
           static_cast<double>(peak) / (1 << 30));
       std::fflush(stdout);
       result.last_loss = loss;

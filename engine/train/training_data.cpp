@@ -11,6 +11,7 @@
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/prepared_cache.h"
 #include "engine/data/special_tokens.h"
+#include "engine/train/progress_line.h"
 #include "engine/train/run_plan.h"
 
 namespace qtrain::engine::train {
@@ -81,7 +82,14 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     }
   }
   data::DatasetStats stats;
-  auto samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats);
+  std::vector<data::Sample> samples;
+  {
+    ProgressLine progress("data: " + d.path.string(), "rows");
+    data::RowMapOptions rows;
+    rows.threads = c.dataset_processes;
+    rows.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
+    samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats, rows);
+  }
   std::printf("data: %s: %lld rows, %lld longer than %lld tokens %s, %lld without trained tokens dropped\n",
               d.path.c_str(),
               static_cast<long long>(stats.rows),

@@ -71,6 +71,7 @@ datasets:
 sequence_len: 4096
 sample_packing: true
 train_on_inputs: true
+dataset_processes: 3
 val_set_size: 0.05
 micro_batch_size: 2
 gradient_accumulation_steps: 4
@@ -156,6 +157,7 @@ TEST(RunConfigTest, DefaultsOfAMinimalConfig) {
   EXPECT_EQ(c.gpu_memory_limit, 0);
   EXPECT_EQ(c.save_steps, 0);
   EXPECT_EQ(c.save_total_limit, 0);
+  EXPECT_EQ(c.dataset_processes, 0);
   EXPECT_EQ(c.logging_steps, 1);
   EXPECT_EQ(c.eval_steps, 0);
   EXPECT_EQ(c.seed, 42);
@@ -201,6 +203,7 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_EQ(c.sequence_len, 4096);
   EXPECT_TRUE(c.sample_packing);
   EXPECT_TRUE(c.train_on_inputs);
+  EXPECT_EQ(c.dataset_processes, 3);
   EXPECT_EQ(c.val_set_size, 0.05);
   EXPECT_EQ(c.micro_batch_size, 2);
   EXPECT_EQ(c.gradient_accumulation_steps, 4);
@@ -501,6 +504,12 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {},
        "run.yaml:3:15: val_set_size: 2.5 is neither a fraction in [0, 1) nor a whole number of rows >= 1"},
       {kHead + "val_set_size: -0.1\n", {}, "val_set_size: -0.1 must be >= 0"},
+      {kHead + "dataset_num_proc: 4\n",
+       {},
+       "qtrain reads the tokenizing threads as dataset_processes (axolotl's older name); rename the key"},
+      {kHead + "dataset_processes: -2\n",
+       {},
+       "run.yaml:3:20: dataset_processes: -2 must be >= 0; use the threads that tokenize rows, or 0 for every core"},
       {kHead + "max_steps: 0\n", {}, "run.yaml:3:12: max_steps: 0 is neither -1 (run num_epochs) nor a step count"},
       {kHead + "output_dir: ''\n", {}, "run.yaml:3:13: output_dir: empty; set a folder"},
       // choices

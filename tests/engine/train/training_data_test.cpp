@@ -81,6 +81,12 @@ TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
   eos.special_tokens.eos_token = "<|im_end|>";
   EXPECT_EQ(load_training_samples(eos, &tok_).size(), 3u);
   EXPECT_EQ(entries(dir_ / "prepared"), 7u);
+
+  // The number of threads does not shape samples, so it reads the same entry.
+  auto threads = c;
+  threads.dataset_processes = 5;
+  EXPECT_EQ(load_training_samples(threads, &tok_).size(), 3u);
+  EXPECT_EQ(entries(dir_ / "prepared"), 7u);
 }
 
 TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
