@@ -13,6 +13,7 @@
 #include "engine/lora/attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/train/model_setup.h"
+#include "engine/train/training_data.h"
 
 namespace qtrain::apps {
 namespace {
@@ -24,21 +25,16 @@ struct Options {
   std::vector<std::string> sets;
 };
 
-std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& c, const std::string& data) {
+// --data: a pre-tokenized JSONL; otherwise the config's datasets through the model's tokenizer,
+// as training reads them (all rows, not only the val_set_size split). Data lines go to stderr:
+// stdout holds the result alone.
+std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& c,
+                                               const std::string& data,
+                                               int64_t vocab_size) {
   if (!data.empty()) return engine::data::read_pretokenized_jsonl(data, c.sequence_len);
   TORCH_CHECK(!c.datasets.empty(), "no data to evaluate: pass --data FILE.jsonl or list datasets in the config");
-  std::vector<engine::data::Sample> all;
-  for (const auto& d : c.datasets) {
-    TORCH_CHECK(d.type.empty() || d.type == "pretokenized",
-                d.path.string(),
-                ": dataset type '",
-                d.type,
-                "' needs a tokenizer, which qtrain eval does not have yet; give it a pre-tokenized JSONL "
-                "(rows with input_ids) instead");
-    auto s = engine::data::read_pretokenized_jsonl(d.path, c.sequence_len);
-    all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
-  }
-  return all;
+  const auto tokenizer = engine::train::run_tokenizer(c, vocab_size);
+  return engine::train::load_training_samples(c, tokenizer.get(), stderr);
 }
 
 void run(const Options& o) {
@@ -52,7 +48,7 @@ void run(const Options& o) {
     lora::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
     std::fprintf(stderr, "eval: adapter %s\n", adapter.c_str());
   }
-  const auto samples = eval_samples(c, o.data);
+  const auto samples = eval_samples(c, o.data, lm.config().vocab_size);
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_eval();
   double loss_sum = 0;
@@ -77,7 +73,8 @@ void run(const Options& o) {
 
 void add_eval_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
-  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of the base model (+ adapter) on pre-tokenized data");
+  auto* cmd = app.add_subcommand(
+      "eval", "Loss and perplexity of the base model (+ adapter) on the config's datasets or a pre-tokenized file");
   cmd->add_option("config", o->config, "run config (YAML, axolotl keys)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--data", o->data, "pre-tokenized JSONL to evaluate on (default: the config's datasets)");
   cmd->add_option("--adapter", o->adapter, "PEFT adapter folder (default: the config's lora_model_dir)");

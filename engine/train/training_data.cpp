@@ -68,16 +68,18 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
 
 std::vector<data::Sample> load_one(const config::RunConfig& c,
                                    const config::DatasetConfig& d,
-                                   const data::TextTokenizer* tokenizer) {
+                                   const data::TextTokenizer* tokenizer,
+                                   std::FILE* log) {
   std::string key;
   if (!c.dataset_prepared_path.empty()) {
     key = data::prepared_key({c.base_model / "tokenizer.json", c.base_model / "tokenizer_config.json", d.path},
                              sample_settings(c, d, tokenizer != nullptr));
     if (auto cached = data::read_prepared(c.dataset_prepared_path, key)) {
-      std::printf("data: %s: %zu samples from %s\n",
-                  d.path.c_str(),
-                  cached->size(),
-                  data::prepared_file(c.dataset_prepared_path, key).c_str());
+      std::fprintf(log,
+                   "data: %s: %zu samples from %s\n",
+                   d.path.c_str(),
+                   cached->size(),
+                   data::prepared_file(c.dataset_prepared_path, key).c_str());
       return std::move(*cached);
     }
   }
@@ -90,24 +92,27 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     rows.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
     samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats, rows);
   }
-  std::printf("data: %s: %lld rows, %lld longer than %lld tokens %s, %lld without trained tokens dropped\n",
-              d.path.c_str(),
-              static_cast<long long>(stats.rows),
-              static_cast<long long>(stats.dropped_long + stats.truncated),
-              static_cast<long long>(c.sequence_len),
-              d.excess_length_strategy == "truncate" ? "truncated" : "dropped",
-              static_cast<long long>(stats.dropped_untrained));
+  std::fprintf(log,
+               "data: %s: %lld rows, %lld longer than %lld tokens %s, %lld without trained tokens dropped\n",
+               d.path.c_str(),
+               static_cast<long long>(stats.rows),
+               static_cast<long long>(stats.dropped_long + stats.truncated),
+               static_cast<long long>(c.sequence_len),
+               d.excess_length_strategy == "truncate" ? "truncated" : "dropped",
+               static_cast<long long>(stats.dropped_untrained));
   if (!key.empty()) data::write_prepared(c.dataset_prepared_path, key, samples);
   return samples;
 }
 
 }  // namespace
 
-std::vector<data::Sample> load_training_samples(const config::RunConfig& c, const data::TextTokenizer* tokenizer) {
+std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
+                                                const data::TextTokenizer* tokenizer,
+                                                std::FILE* log) {
   TORCH_CHECK(!c.datasets.empty(), "the config lists no datasets; add e.g.\n  datasets:\n    - path: train.jsonl");
   std::vector<data::Sample> all;
   for (const auto& d : c.datasets) {
-    auto s = load_one(c, d, tokenizer);
+    auto s = load_one(c, d, tokenizer, log);
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
   }
   return all;

@@ -241,6 +241,19 @@ TEST_F(Commands, AChatDatasetTrainsThroughTheModelsTokenizer) {
   const auto out = dir_ / "chat.preprocessed.jsonl";
   const auto p = run(qtrain() + " preprocess " + (dir_ / "chat.yaml").string() + " --out " + out.string(), true);
   ASSERT_EQ(p.status, 0) << p.out;
+  // qtrain eval reads the chat dataset through the tokenizer too: the same loss as on the
+  // preprocessed samples, and stdout holds the result alone (the data lines go to stderr).
+  const auto adapter = " --adapter " + (dir_ / "chat-out").string();
+  const auto from_chat = run(qtrain() + " eval " + (dir_ / "chat.yaml").string() + adapter);
+  const auto from_samples =
+      run(qtrain() + " eval " + (dir_ / "chat.yaml").string() + adapter + " --data " + out.string());
+  ASSERT_EQ(from_chat.status, 0) << from_chat.out;
+  ASSERT_EQ(from_samples.status, 0) << from_samples.out;
+  const auto chat_loss = nlohmann::json::parse(from_chat.out);
+  EXPECT_EQ(chat_loss.at("tokens"), nlohmann::json::parse(from_samples.out).at("tokens"));
+  EXPECT_DOUBLE_EQ(chat_loss.at("loss").get<double>(),
+                   nlohmann::json::parse(from_samples.out).at("loss").get<double>());
+  EXPECT_LT(chat_loss.at("loss").get<double>(), losses.front()) << "the adapter has learnt the conversations";
   if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto reference = dir_ / "chat.reference.jsonl";
   const auto ref =

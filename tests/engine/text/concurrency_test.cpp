@@ -17,6 +17,7 @@
 
 #include "engine/text/chat_template.h"
 #include "engine/text/jinja_error.h"
+#include "engine/text/named_chat_template.h"
 #include "engine/text/tokenizer.h"
 
 namespace qtrain::engine::text {
@@ -107,7 +108,10 @@ TEST(TextConcurrency, OneChatTemplateRendersOnManyThreadsAsTransformersDoes) {
   for (const auto& c : ref->at("cases")) {
     if (!c.contains("text")) continue;
     Case k;
-    k.chat_template = std::make_unique<ChatTemplate>(c["template"].get<std::string>(), c["name"].get<std::string>());
+    // A case with "named" renders qtrain's named template of that name (see chat_template_test.cpp).
+    const auto source =
+        c.contains("named") ? named_chat_template(c["named"].get<std::string>()) : c["template"].get<std::string>();
+    k.chat_template = std::make_unique<ChatTemplate>(source, c["name"].get<std::string>());
     k.chat_template->set_clock([clock] { return clock; });
     k.input.messages = c["messages"];
     k.input.tools = c["tools"];
