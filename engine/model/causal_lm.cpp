@@ -2,6 +2,7 @@
 #include "engine/model/causal_lm.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <ATen/ATen.h>
 
@@ -12,18 +13,36 @@
 namespace qtrain::engine::model {
 namespace {
 
+// Note [Multimodal Gemma 3 tensor names]
+// A Gemma3ForConditionalGeneration holds its decoder at model.language_model.* in memory (the
+// names qtrain gives its layers, so that adapters match PEFT's on the same model), but stores it
+// as language_model.model.* (and an untied head as language_model.lm_head) in the checkpoint:
+// transformers 5 renames on load and back on save (conversion_mapping.py, "llava"). Its vision
+// tower and projector are not read.
+
+// Reads tensors by their in-memory names; `stored` maps such a name to the checkpoint's.
 struct Loader {
   const io::HfFolder& folder;
   const LoadOptions& options;
+  std::string memory_prefix;  // ModelConfig::weight_prefix
+  std::string stored_prefix;  // the same prefix as the checkpoint spells it
+
+  std::string stored(const std::string& name) const {
+    if (memory_prefix == stored_prefix) return name;
+    if (name.rfind(memory_prefix, 0) == 0) return stored_prefix + name.substr(memory_prefix.size());
+    return name == "lm_head.weight" ? "language_model.lm_head.weight" : name;
+  }
+
+  bool contains(const std::string& name) const { return folder.contains(stored(name)); }
 
   at::Tensor tensor(const std::string& name) const {
-    TORCH_CHECK(folder.contains(name),
+    TORCH_CHECK(contains(name),
                 folder.dir().string(),
                 ": tensor '",
-                name,
+                stored(name),
                 "' is missing from the checkpoint; is the folder a complete ",
                 "Hugging Face model?");
-    return folder.tensor(name);
+    return folder.tensor(stored(name));
   }
 
   at::Tensor plain(const std::string& name) const {
@@ -31,14 +50,14 @@ struct Loader {
   }
 
   std::optional<at::Tensor> optional_plain(const std::string& name) const {
-    if (!folder.contains(name)) return std::nullopt;
+    if (!contains(name)) return std::nullopt;
     return plain(name);
   }
 
   // A linear weight: already quantized by bitsandbytes (4-bit or 8-bit keys present), or float
   // and quantized here as the options say.
   LinearLayer linear(const std::string& module, bool has_bias) const {
-    const auto weight_name = module + ".weight";
+    const auto weight_name = stored(module + ".weight");
     const auto bias = has_bias ? std::optional<at::Tensor>(plain(module + ".bias")) : optional_plain(module + ".bias");
     if (io::is_bnb_4bit(folder, weight_name)) {
       return LinearLayer::from_weight(
@@ -48,9 +67,18 @@ struct Loader {
       return LinearLayer::from_weight(
           module, io::read_bnb_int8(folder, weight_name).to(options.device), bias, options.quant);
     }
-    return LinearLayer::make(module, tensor(weight_name).to(options.device), bias, options.quant, options.dtype);
+    return LinearLayer::make(module, tensor(module + ".weight").to(options.device), bias, options.quant, options.dtype);
   }
 };
+
+// See Note [Multimodal Gemma 3 tensor names].
+std::string stored_prefix(const io::HfFolder& folder, const ModelConfig& c) {
+  if (c.weight_prefix != "model." && !folder.contains(c.weight_prefix + "embed_tokens.weight") &&
+      folder.contains("language_model.model.embed_tokens.weight")) {
+    return "language_model.model.";
+  }
+  return c.weight_prefix;
+}
 
 }  // namespace
 
@@ -64,29 +92,44 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
   m.config_ = ModelConfig::from_json(folder.config(), (folder.dir() / "config.json").string());
   m.dtype_ = t;
   m.device_ = options.device;
-  const Loader load{folder, options};
   const auto& c = m.config_;
-  m.embed_ = load.plain("model.embed_tokens.weight");
+  const Loader load{folder, options, c.weight_prefix, stored_prefix(folder, m.config_)};
+  const auto& prefix = c.weight_prefix;
+  m.embed_ = load.plain(prefix + "embed_tokens.weight");
   TORCH_CHECK(m.embed_.size(0) == c.vocab_size && m.embed_.size(1) == c.hidden_size,
               folder.dir().string(),
-              ": model.embed_tokens.weight is ",
+              ": ",
+              load.stored(prefix + "embed_tokens.weight"),
+              " is ",
               m.embed_.sizes(),
               " but config.json says [",
               c.vocab_size,
               ", ",
               c.hidden_size,
               "]");
-  m.norm_ = load.plain("model.norm.weight");
-  const bool tied = c.tie_word_embeddings || !folder.contains("lm_head.weight");
+  m.norm_ = load.plain(prefix + "norm.weight");
+  const bool tied = c.tie_word_embeddings || !load.contains("lm_head.weight");
   m.lm_head_ = tied ? m.embed_ : load.plain("lm_head.weight");
+  if (c.gemma) {
+    // Gemma2TextScaledWordEmbedding: sqrt(H) as a float32 scalar, cast to the embedding dtype.
+    m.embed_scale_ = at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), at::kFloat).to(options.device, t);
+  }
   m.inv_freq_ = ops::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling).to(options.device);
+  if (c.sliding_rope) {
+    m.sliding_inv_freq_ =
+        ops::rope_inv_freq(c.head_dim, c.sliding_rope->theta, c.sliding_rope->scaling).to(options.device);
+  }
   m.layers_.reserve(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const auto p = "model.layers." + std::to_string(i) + ".";
+    const auto p = prefix + "layers." + std::to_string(i) + ".";
     DecoderLayer l;
     l.index = i;
     l.input_norm = load.plain(p + "input_layernorm.weight");
     l.post_attn_norm = load.plain(p + "post_attention_layernorm.weight");
+    if (c.gemma) {
+      l.pre_ff_norm = load.plain(p + "pre_feedforward_layernorm.weight");
+      l.post_ff_norm = load.plain(p + "post_feedforward_layernorm.weight");
+    }
     if (c.qk_norm) {
       l.q_norm = load.plain(p + "self_attn.q_norm.weight");
       l.k_norm = load.plain(p + "self_attn.k_norm.weight");
@@ -143,23 +186,30 @@ at::Tensor CausalLM::embed(const at::Tensor& ids) const {
               "a token id is outside the model's vocabulary [0, ",
               config_.vocab_size,
               "): the data was tokenized for another model");
-  return at::embedding(embed_, ids.to(device_));
+  auto h = at::embedding(embed_, ids.to(device_));
+  return embed_scale_.defined() ? h * embed_scale_ : h;
 }
 
-ops::RopeTables CausalLM::rope(int64_t seq_len) const {
-  return ops::rope_tables(inv_freq_, at::arange(seq_len, at::TensorOptions().dtype(at::kLong).device(device_)), dtype_);
+LayerInputs CausalLM::layer_inputs(int64_t seq_len) const {
+  return layer_inputs(at::arange(seq_len, at::TensorOptions().dtype(at::kLong).device(device_)));
 }
 
-ops::RopeTables CausalLM::rope(const at::Tensor& positions) const {
-  return ops::rope_tables(inv_freq_, positions.to(device_, at::kLong), dtype_);
+LayerInputs CausalLM::layer_inputs(const at::Tensor& positions) const {
+  LayerInputs in;
+  const auto pos = positions.to(device_, at::kLong);
+  in.rope = ops::rope_tables(inv_freq_, pos, dtype_);
+  if (sliding_inv_freq_.defined()) in.sliding_rope = ops::rope_tables(sliding_inv_freq_, pos, dtype_);
+  return in;
 }
 
 at::Tensor CausalLM::final_norm(const at::Tensor& h) const {
-  return ops::rms_norm(h, norm_, config_.rms_norm_eps);
+  return config_.gemma ? ops::gemma_rms_norm(h, norm_, config_.rms_norm_eps)
+                       : ops::rms_norm(h, norm_, config_.rms_norm_eps);
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& h) const {
-  return at::matmul(h, lm_head_.t());
+  auto logits = at::matmul(h, lm_head_.t());
+  return config_.final_logit_softcap ? ops::softcap_logits(logits, *config_.final_logit_softcap) : logits;
 }
 
 std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at::Tensor& labels) const {
@@ -174,7 +224,8 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
       at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
           .reshape({-1});
   const int64_t count = (shifted != ops::kIgnoreIndex).sum().item<int64_t>();
-  auto sum = ops::chunked_cross_entropy_sum(h.reshape({-1, h.size(-1)}), lm_head_, shifted);
+  auto sum = ops::chunked_cross_entropy_sum(
+      h.reshape({-1, h.size(-1)}), lm_head_, shifted, ops::kCrossEntropyChunkTokens, config_.final_logit_softcap);
   return {sum, count};
 }
 

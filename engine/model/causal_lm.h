@@ -37,14 +37,16 @@ class CausalLM {
   const at::Tensor& lm_head() const { return lm_head_; }
   const at::Tensor& norm_weight() const { return norm_; }
 
-  // ids: int64 [B, T] -> [B, T, H] in the compute dtype.
+  // ids: int64 [B, T] -> [B, T, H] in the compute dtype (Gemma: times sqrt(H)).
   at::Tensor embed(const at::Tensor& ids) const;
-  // cos/sin for positions 0..T-1 of every row, or for per-row `positions` (int64 [B, T]).
-  ops::RopeTables rope(int64_t seq_len) const;
-  ops::RopeTables rope(const at::Tensor& positions) const;
+  // The rope tables (cos/sin, and the sliding layers' own where they have one) for positions
+  // 0..T-1 of every row, or for per-row `positions` (int64 [B, T]); no segments.
+  LayerInputs layer_inputs(int64_t seq_len) const;
+  LayerInputs layer_inputs(const at::Tensor& positions) const;
   at::Tensor final_norm(const at::Tensor& h) const;
-  // h: [B, T, H] after final_norm -> logits [B, T, V] in the compute dtype (for evaluation of
-  // short inputs; training uses loss_sum, which never holds all logits).
+  // h: [B, T, H] after final_norm -> logits [B, T, V] in the compute dtype, soft-capped where the
+  // model caps them (for evaluation of short inputs; training uses loss_sum, which never holds all
+  // logits).
   at::Tensor logits(const at::Tensor& h) const;
   // Sum of the token losses and the number of predicted tokens. labels: int64 [B, T] in
   // transformers' convention (shifted inside: position t predicts label t+1; -100 ignored).
@@ -57,10 +59,12 @@ class CausalLM {
   ModelConfig config_;
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_ = at::kCPU;
-  at::Tensor embed_;    // [V, H]
-  at::Tensor norm_;     // [H]
-  at::Tensor lm_head_;  // [V, H]; the embedding itself when tied
+  at::Tensor embed_;        // [V, H]
+  at::Tensor norm_;         // [H]
+  at::Tensor lm_head_;      // [V, H]; the embedding itself when tied
+  at::Tensor embed_scale_;  // Gemma: sqrt(H) in the compute dtype; undefined otherwise
   at::Tensor inv_freq_;
+  at::Tensor sliding_inv_freq_;  // Gemma 3's sliding layers; undefined otherwise
   std::vector<DecoderLayer> layers_;
 };
 

@@ -1,8 +1,8 @@
 // One decoder layer of the Llama family (Llama, Mistral, Qwen2, Qwen3):
 //   h = h + o(attention(rope(norm_q(q(x))), rope(norm_k(k(x))), v(x)))   with x = input_norm(h)
 //   h = h + down(silu(gate(x)) * up(x))                                  with x = post_attn_norm(h)
-// The layer only computes; when its weights are resident and whether it is recomputed is the
-// scheduler's business (engine/schedule).
+// or of Gemma 2 and 3, see Note [Gemma decoder]. The layer only computes; when its weights are
+// resident and whether it is recomputed is the scheduler's business (engine/schedule).
 #pragma once
 
 #include <optional>
@@ -16,17 +16,42 @@
 
 namespace qtrain::engine::model {
 
+// Note [Gemma decoder]
+// transformers' Gemma2DecoderLayer and Gemma3DecoderLayer (modeling_gemma2.py, modeling_gemma3.py):
+//   h = h + post_attn_norm(o(attention(x)))        with x = input_norm(h)
+//   h = h + post_ff_norm(down(gelu_tanh(gate(x)) * up(x)))   with x = pre_ff_norm(h)
+// - every norm (the four per layer, Gemma 3's q/k norms over head_dim, the final norm) is
+//   x / rms(x) * (1 + w) in float32, cast last (ops::gemma_rms_norm);
+// - the embeddings are multiplied by sqrt(hidden_size), a float32 scalar cast to the embedding
+//   dtype first (Gemma2TextScaledWordEmbedding: in bfloat16 sqrt(2304) = 48 becomes 48, sqrt(3072)
+//   = 55.43 becomes 55.5);
+// - attention scores are scaled by query_pre_attn_scalar^-0.5, not head_dim^-0.5; Gemma 2 caps
+//   them (50 * tanh(s / 50)) between the scale and the mask. Gemma 3's config may carry
+//   attn_logit_softcapping but transformers never applies it;
+// - sliding layers (Gemma 2: even indices; Gemma 3: all but every sliding_window_pattern-th, or
+//   layer_types) see the last sliding_window keys; Gemma 3's sliding layers also have their own
+//   rope (rope_local_base_freq, unscaled), the full layers rope_theta with rope_scaling;
+// - the final logits are capped (Gemma 2: 30 * tanh(z / 30)) before the loss, in the compute
+//   dtype, inside the chunked cross-entropy (ops/nn/cross_entropy.h).
+
 // What every layer of one step shares besides the hidden state.
 struct LayerInputs {
   ops::RopeTables rope;
-  at::Tensor segments;  // int64 [B, T]: packed sample of each token, -1 on padding; undefined: one per row
+  ops::RopeTables sliding_rope;  // undefined unless sliding layers have their own rope (Gemma 3)
+  at::Tensor segments;           // int64 [B, T]: packed sample of each token, -1 on padding; undefined: one per row
+
+  // The tables a layer uses: its own for a sliding layer where there are any.
+  const ops::RopeTables& rope_for(bool sliding) const {
+    return sliding && sliding_rope.cos.defined() ? sliding_rope : rope;
+  }
 };
 
 struct DecoderLayer {
   int64_t index = 0;
-  at::Tensor input_norm;                     // [H]
-  at::Tensor post_attn_norm;                 // [H]
-  std::optional<at::Tensor> q_norm, k_norm;  // [head_dim], Qwen3
+  at::Tensor input_norm;                                // [H]
+  at::Tensor post_attn_norm;                            // [H]; Gemma: on the attention output
+  std::optional<at::Tensor> pre_ff_norm, post_ff_norm;  // [H], Gemma
+  std::optional<at::Tensor> q_norm, k_norm;             // [head_dim], Qwen3, Gemma 3
   LinearLayer q, k, v, o, gate, up, down;
   std::optional<int64_t> sliding_window;
 

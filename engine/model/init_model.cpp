@@ -32,23 +32,71 @@ ModelConfig base_config(Architecture arch,
   c.rms_norm_eps = 1e-6;
   c.rope_theta = arch == Architecture::llama ? 500000.0 : 1000000.0;
   c.qkv_bias = arch == Architecture::qwen2;
-  c.qk_norm = arch == Architecture::qwen3;
+  c.qk_norm = arch == Architecture::qwen3 || arch == Architecture::gemma3;
   c.sliding_window.assign(layers, std::nullopt);
   if (arch == Architecture::mistral) c.sliding_window.assign(layers, max_pos / 2);
+  if (arch == Architecture::gemma2 || arch == Architecture::gemma3) {
+    // Gemma2Config / Gemma3TextConfig: tied, GeGLU, scores scaled by query_pre_attn_scalar^-0.5
+    // (here head_dim's, as Gemma 2 27B does); Gemma 2 alternates sliding and full layers and caps
+    // attention (50) and final (30) logits; Gemma 3 has one full layer in six and a local rope.
+    c.gemma = true;
+    c.tie_word_embeddings = true;
+    c.hidden_act = Activation::gelu_tanh;
+    c.query_pre_attn_scalar = static_cast<double>(c.head_dim);
+    const bool g2 = arch == Architecture::gemma2;
+    for (int64_t i = 0; i < layers; ++i) {
+      if ((i + 1) % (g2 ? 2 : 6) != 0) c.sliding_window[i] = max_pos / 2;
+    }
+    if (g2) {
+      c.rope_theta = 10000.0;
+      c.attn_logit_softcap = 50.0;
+      c.final_logit_softcap = 30.0;
+    } else {
+      c.sliding_rope = RopeParams{10000.0, {}};
+    }
+  }
+  return c;
+}
+
+// Gemma's published shapes (head_dim 256 != hidden / heads, vocabularies of 256k and 262k).
+ModelConfig gemma_shape(Architecture arch,
+                        int64_t vocab,
+                        int64_t hidden,
+                        int64_t intermediate,
+                        int64_t layers,
+                        int64_t heads,
+                        int64_t kv_heads,
+                        int64_t max_pos,
+                        int64_t window) {
+  auto c = base_config(arch, vocab, hidden, intermediate, layers, heads, kv_heads, max_pos);
+  c.head_dim = 256;
+  if (c.query_pre_attn_scalar) c.query_pre_attn_scalar = 256.0;
+  for (auto& w : c.sliding_window) {
+    if (w) w = window;
+  }
   return c;
 }
 
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b"};
+  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
-  for (auto a : {Architecture::llama, Architecture::mistral, Architecture::qwen2, Architecture::qwen3}) {
+  for (auto a : {Architecture::llama,
+                 Architecture::mistral,
+                 Architecture::qwen2,
+                 Architecture::qwen3,
+                 Architecture::gemma2,
+                 Architecture::gemma3}) {
     if (architecture_name(a) == name) return a;
   }
-  TORCH_CHECK(false, "architecture '", name, "' is not supported; choose llama, mistral, qwen2 or qwen3");
+  if (name == "gemma3") return Architecture::gemma3;
+  TORCH_CHECK(false,
+              "architecture '",
+              name,
+              "' is not supported; choose llama, mistral, qwen2, qwen3, gemma2 or gemma3 (gemma3_text)");
 }
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
@@ -74,6 +122,9 @@ ModelConfig preset_config(Architecture arch, const std::string& preset) {
     }
     return c;
   }
+  // Gemma-2-2B and Gemma-3-1B (text) shapes, for plans with a 256k vocabulary and head_dim 256.
+  if (preset == "gemma2-2b") return gemma_shape(arch, 256000, 2304, 9216, 26, 8, 4, 8192, 4096);
+  if (preset == "gemma3-1b") return gemma_shape(arch, 262144, 1152, 6912, 26, 4, 1, 32768, 512);
   TORCH_CHECK(false, "model preset '", preset, "' is not known; choose one of: ", c10::Join(", ", preset_names()));
 }
 
@@ -83,13 +134,20 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, kInitializerRange, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
   };
-  auto ones = [&](int64_t n) { return at::ones({n}, at::TensorOptions().dtype(dtype)); };
+  // Gemma's norms scale by (1 + w): transformers initialises them to zeros.
+  auto norm = [&](int64_t n) {
+    return c.gemma ? at::zeros({n}, at::TensorOptions().dtype(dtype)) : at::ones({n}, at::TensorOptions().dtype(dtype));
+  };
   const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
   tensors.emplace_back("model.embed_tokens.weight", normal({c.vocab_size, c.hidden_size}));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto p = "model.layers." + std::to_string(i) + ".";
-    tensors.emplace_back(p + "input_layernorm.weight", ones(c.hidden_size));
-    tensors.emplace_back(p + "post_attention_layernorm.weight", ones(c.hidden_size));
+    tensors.emplace_back(p + "input_layernorm.weight", norm(c.hidden_size));
+    tensors.emplace_back(p + "post_attention_layernorm.weight", norm(c.hidden_size));
+    if (c.gemma) {
+      tensors.emplace_back(p + "pre_feedforward_layernorm.weight", norm(c.hidden_size));
+      tensors.emplace_back(p + "post_feedforward_layernorm.weight", norm(c.hidden_size));
+    }
     for (auto [name, out, in] : {std::tuple{"self_attn.q_proj", q_out, c.hidden_size},
                                  {"self_attn.k_proj", kv_out, c.hidden_size},
                                  {"self_attn.v_proj", kv_out, c.hidden_size},
@@ -105,11 +163,11 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
       }
     }
     if (c.qk_norm) {
-      tensors.emplace_back(p + "self_attn.q_norm.weight", ones(c.head_dim));
-      tensors.emplace_back(p + "self_attn.k_norm.weight", ones(c.head_dim));
+      tensors.emplace_back(p + "self_attn.q_norm.weight", norm(c.head_dim));
+      tensors.emplace_back(p + "self_attn.k_norm.weight", norm(c.head_dim));
     }
   }
-  tensors.emplace_back("model.norm.weight", ones(c.hidden_size));
+  tensors.emplace_back("model.norm.weight", norm(c.hidden_size));
   if (!c.tie_word_embeddings) tensors.emplace_back("lm_head.weight", normal({c.vocab_size, c.hidden_size}));
   auto json = c.to_json();
   json["dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";

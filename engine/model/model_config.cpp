@@ -1,6 +1,8 @@
 // See model_config.h.
 #include "engine/model/model_config.h"
 
+#include <cmath>
+
 #include <c10/util/Exception.h>
 
 namespace qtrain::engine::model {
@@ -25,26 +27,19 @@ T optional_or(const nlohmann::json& j, const char* key, T fallback) {
   return j.contains(key) && !j.at(key).is_null() ? j.at(key).get<T>() : fallback;
 }
 
-void read_rope(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
-  // transformers v5: rope_parameters {rope_type, rope_theta, factor, ...}; v4: rope_theta and
-  // rope_scaling {type | rope_type, ...}.
-  nlohmann::json params = nlohmann::json::object();
-  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
-    params = j.at("rope_parameters");
-    TORCH_CHECK(!params.contains("full_attention") && !params.contains("sliding_attention"),
-                source,
-                ": per-layer-type rope_parameters are not supported for this architecture");
-  } else if (j.contains("rope_scaling") && j.at("rope_scaling").is_object()) {
-    params = j.at("rope_scaling");
-  }
-  c.rope_theta = optional_or<double>(params, "rope_theta", optional_or<double>(j, "rope_theta", 10000.0));
+// One rope dict ({rope_type | type, rope_theta, factor, ...}); `theta` where it has none.
+RopeParams read_rope_params(const nlohmann::json& params,
+                            const nlohmann::json& j,
+                            double theta,
+                            const std::string& source) {
+  RopeParams r;
+  r.theta = optional_or<double>(params, "rope_theta", theta);
   std::string type = optional_or<std::string>(params, "rope_type", optional_or<std::string>(params, "type", "default"));
-  c.rope_scaling.type = type;
-  c.rope_scaling.factor = optional_or<double>(params, "factor", 1.0);
-  c.rope_scaling.low_freq_factor = optional_or<double>(params, "low_freq_factor", 1.0);
-  c.rope_scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
-  c.rope_scaling.original_max_position_embeddings =
-      optional_or<int64_t>(params, "original_max_position_embeddings", 8192);
+  r.scaling.type = type;
+  r.scaling.factor = optional_or<double>(params, "factor", 1.0);
+  r.scaling.low_freq_factor = optional_or<double>(params, "low_freq_factor", 1.0);
+  r.scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
+  r.scaling.original_max_position_embeddings = optional_or<int64_t>(params, "original_max_position_embeddings", 8192);
   TORCH_CHECK(type == "default" || type == "linear" || type == "llama3",
               source,
               ": rope type '",
@@ -54,6 +49,112 @@ void read_rope(ModelConfig& c, const nlohmann::json& j, const std::string& sourc
       optional_or<double>(params, "partial_rotary_factor", optional_or<double>(j, "partial_rotary_factor", 1.0)) == 1.0,
       source,
       ": partial_rotary_factor other than 1.0 is not supported");
+  return r;
+}
+
+void read_rope(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  // transformers v5: rope_parameters {rope_type, rope_theta, factor, ...}; v4: rope_theta and
+  // rope_scaling {type | rope_type, ...}.
+  nlohmann::json params = nlohmann::json::object();
+  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
+    params = j.at("rope_parameters");
+    TORCH_CHECK(!params.contains("full_attention") && !params.contains("sliding_attention"),
+                source,
+                ": per-layer-type rope_parameters are not supported for ",
+                architecture_name(c.arch));
+  } else if (j.contains("rope_scaling") && j.at("rope_scaling").is_object()) {
+    params = j.at("rope_scaling");
+  }
+  const auto r = read_rope_params(params, j, optional_or<double>(j, "rope_theta", 10000.0), source);
+  c.rope_theta = r.theta;
+  c.rope_scaling = r.scaling;
+}
+
+// Gemma 3 (Gemma3TextConfig.convert_rope_params_to_dict): full-attention layers use
+// rope_parameters.full_attention (v5) or rope_theta (default 1e6) with rope_scaling (v4);
+// sliding layers rope_parameters.sliding_attention or rope_local_base_freq (default 1e4), unscaled.
+void read_gemma3_rope(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  nlohmann::json full = nlohmann::json::object(), sliding = nlohmann::json::object();
+  if (j.contains("rope_parameters") && j.at("rope_parameters").is_object()) {
+    const auto& params = j.at("rope_parameters");
+    TORCH_CHECK(params.contains("full_attention") || params.contains("sliding_attention"),
+                source,
+                ": rope_parameters of a Gemma 3 config must be per layer type ({\"full_attention\": {...}, ",
+                "\"sliding_attention\": {...}}), got ",
+                params.dump());
+    if (params.contains("full_attention") && params.at("full_attention").is_object())
+      full = params.at("full_attention");
+    if (params.contains("sliding_attention") && params.at("sliding_attention").is_object()) {
+      sliding = params.at("sliding_attention");
+    }
+  } else if (j.contains("rope_scaling") && j.at("rope_scaling").is_object()) {
+    full = j.at("rope_scaling");
+  }
+  const auto global = read_rope_params(full, j, optional_or<double>(j, "rope_theta", 1e6), source);
+  c.rope_theta = global.theta;
+  c.rope_scaling = global.scaling;
+  c.sliding_rope = read_rope_params(sliding, j, optional_or<double>(j, "rope_local_base_freq", 1e4), source);
+}
+
+// transformers' Gemma2Config / Gemma3TextConfig defaults for the keys a file leaves out (Hub
+// Gemma 3 text_configs hold only a few keys).
+nlohmann::json gemma_defaults(Architecture arch) {
+  const bool g2 = arch == Architecture::gemma2;
+  return {{"vocab_size", g2 ? 256000 : 262208},
+          {"hidden_size", 2304},
+          {"intermediate_size", 9216},
+          {"num_hidden_layers", 26},
+          {"num_attention_heads", 8},
+          {"num_key_value_heads", 4},
+          {"head_dim", 256},
+          {"max_position_embeddings", g2 ? 8192 : 131072},
+          {"rms_norm_eps", 1e-6},
+          {"query_pre_attn_scalar", 256},
+          {"sliding_window", 4096},
+          {"final_logit_softcapping", g2 ? nlohmann::json(30.0) : nlohmann::json(nullptr)},
+          {"attn_logit_softcapping", g2 ? nlohmann::json(50.0) : nlohmann::json(nullptr)}};
+}
+
+// Without layer_types: Gemma 2 alternates (even layers sliding), Gemma 3 makes every
+// sliding_window_pattern-th layer (default 6) full and the others sliding.
+nlohmann::json gemma_layer_types(const ModelConfig& c, const nlohmann::json& j) {
+  const int64_t pattern = c.arch == Architecture::gemma2 ? 2 : optional_or<int64_t>(j, "sliding_window_pattern", 6);
+  auto types = nlohmann::json::array();
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
+  return types;
+}
+
+// The Gemma fields of `j` (already completed with gemma_defaults). attn_logit_softcapping is read
+// for Gemma 2 only: Gemma3Attention never passes it to the attention.
+void read_gemma(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  const auto act = optional_or<std::string>(j, "hidden_activation", "gelu_pytorch_tanh");
+  TORCH_CHECK(act == "gelu_pytorch_tanh",
+              source,
+              ": hidden_activation '",
+              act,
+              "' is not supported for ",
+              architecture_name(c.arch),
+              "; expected gelu_pytorch_tanh");
+  c.hidden_act = Activation::gelu_tanh;
+  TORCH_CHECK(!optional_or<bool>(j, "use_bidirectional_attention", false),
+              source,
+              ": use_bidirectional_attention is not supported; qtrain trains causal decoders (set it to false)");
+  c.query_pre_attn_scalar = optional_or<double>(j, "query_pre_attn_scalar", 256.0);
+  TORCH_CHECK(*c.query_pre_attn_scalar == std::round(*c.query_pre_attn_scalar),
+              source,
+              ": query_pre_attn_scalar must be a whole number (transformers reads an int), got ",
+              *c.query_pre_attn_scalar);
+  TORCH_CHECK(
+      *c.query_pre_attn_scalar > 0, source, ": query_pre_attn_scalar must be positive, got ", *c.query_pre_attn_scalar);
+  auto softcap = [&](const char* key) -> std::optional<double> {
+    if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+    const auto v = j.at(key).get<double>();
+    TORCH_CHECK(v > 0, source, ": ", key, " must be positive or null, got ", v);
+    return v;
+  };
+  c.final_logit_softcap = softcap("final_logit_softcapping");
+  if (c.arch == Architecture::gemma2) c.attn_logit_softcap = softcap("attn_logit_softcapping");
 }
 
 }  // namespace
@@ -68,15 +169,35 @@ std::string architecture_name(Architecture arch) {
       return "qwen2";
     case Architecture::qwen3:
       return "qwen3";
+    case Architecture::gemma2:
+      return "gemma2";
+    case Architecture::gemma3:
+      return "gemma3_text";
   }
   return "?";
 }
 
-ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& source) {
-  TORCH_CHECK(j.is_object(), source, ": config.json must hold a JSON object");
+ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string& source) {
+  TORCH_CHECK(file.is_object(), source, ": config.json must hold a JSON object");
   ModelConfig c;
-  c.raw = j;
-  const auto type = required<std::string>(j, "model_type", source);
+  c.raw = file;
+  if (file.contains("model_type") && file.at("model_type") == "gemma3") {
+    // Gemma3ForConditionalGeneration: the decoder's config is text_config, its tensors under
+    // model.language_model.; tie_word_embeddings is the outer config's (default true).
+    TORCH_CHECK(file.contains("text_config") && file.at("text_config").is_object(),
+                source,
+                ": a gemma3 (multimodal) config needs a text_config object for its language model");
+    auto text = file.at("text_config");
+    text["model_type"] = "gemma3_text";
+    text["tie_word_embeddings"] = optional_or<bool>(file, "tie_word_embeddings", true);
+    auto inner = from_json(text, source + " text_config");
+    inner.raw = file;
+    inner.weight_prefix = "model.language_model.";
+    // Gemma3ForConditionalGeneration never applies final_logit_softcapping (Gemma3ForCausalLM does).
+    inner.final_logit_softcap = std::nullopt;
+    return inner;
+  }
+  const auto type = required<std::string>(file, "model_type", source);
   if (type == "llama") {
     c.arch = Architecture::llama;
   } else if (type == "mistral") {
@@ -85,9 +206,24 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
     c.arch = Architecture::qwen2;
   } else if (type == "qwen3") {
     c.arch = Architecture::qwen3;
+  } else if (type == "gemma2") {
+    c.arch = Architecture::gemma2;
+  } else if (type == "gemma3_text") {
+    c.arch = Architecture::gemma3;
   } else {
-    TORCH_CHECK(false, source, ": model_type '", type, "' is not supported; supported: llama, mistral, qwen2, qwen3");
+    TORCH_CHECK(false,
+                source,
+                ": model_type '",
+                type,
+                "' is not supported; supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3");
   }
+  c.gemma = c.arch == Architecture::gemma2 || c.arch == Architecture::gemma3;
+  nlohmann::json completed;
+  if (c.gemma) {
+    completed = gemma_defaults(c.arch);
+    completed.update(file);
+  }
+  const nlohmann::json& j = c.gemma ? completed : file;
   c.vocab_size = required<int64_t>(j, "vocab_size", source);
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
@@ -97,14 +233,18 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
   c.head_dim = optional_or<int64_t>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
   c.max_position_embeddings = optional_or<int64_t>(j, "max_position_embeddings", 2048);
   c.rms_norm_eps = optional_or<double>(j, "rms_norm_eps", 1e-6);
-  c.tie_word_embeddings = optional_or<bool>(j, "tie_word_embeddings", false);
+  c.tie_word_embeddings = optional_or<bool>(j, "tie_word_embeddings", c.gemma);
   const bool attention_bias = optional_or<bool>(j, "attention_bias", false);
   c.qkv_bias = c.arch == Architecture::qwen2 || attention_bias;
   c.o_bias = c.arch != Architecture::qwen2 && attention_bias;
   c.mlp_bias = optional_or<bool>(j, "mlp_bias", false);
-  c.qk_norm = c.arch == Architecture::qwen3;
-  const auto act = optional_or<std::string>(j, "hidden_act", "silu");
-  TORCH_CHECK(act == "silu", source, ": hidden_act '", act, "' is not supported for ", type, "; expected silu");
+  c.qk_norm = c.arch == Architecture::qwen3 || c.arch == Architecture::gemma3;
+  if (c.gemma) {
+    read_gemma(c, j, source);
+  } else {
+    const auto act = optional_or<std::string>(j, "hidden_act", "silu");
+    TORCH_CHECK(act == "silu", source, ": hidden_act '", act, "' is not supported for ", type, "; expected silu");
+  }
   for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
                          {"hidden_size", c.hidden_size},
                          {"intermediate_size", c.intermediate_size},
@@ -121,14 +261,20 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
               " is not a multiple of num_key_value_heads ",
               c.num_kv_heads);
   TORCH_CHECK(c.head_dim % 2 == 0, source, ": head_dim ", c.head_dim, " must be even for rotary embeddings");
-  read_rope(c, j, source);
+  if (c.arch == Architecture::gemma3) {
+    read_gemma3_rope(c, j, source);
+  } else {
+    read_rope(c, j, source);
+  }
 
   // Sliding windows: Mistral on every layer when sliding_window is set; Qwen2/3 only with
   // use_sliding_window, on layers >= max_window_layers; layer_types wins where present.
   c.sliding_window.assign(c.num_layers, std::nullopt);
   const auto window = optional_or<int64_t>(j, "sliding_window", 0);
-  if (j.contains("layer_types") && j.at("layer_types").is_array()) {
-    const auto& types = j.at("layer_types");
+  const auto types = j.contains("layer_types") && j.at("layer_types").is_array() ? j.at("layer_types")
+                     : c.gemma                                                   ? gemma_layer_types(c, j)
+                                                                                 : nlohmann::json();
+  if (types.is_array()) {
     TORCH_CHECK(static_cast<int64_t>(types.size()) == c.num_layers,
                 source,
                 ": layer_types has ",
@@ -161,7 +307,12 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j, const std::string& s
 
 nlohmann::json ModelConfig::to_json() const {
   if (!raw.is_null() && !raw.empty()) return raw;
-  static const char* classes[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
+  static const char* classes[] = {"LlamaForCausalLM",
+                                  "MistralForCausalLM",
+                                  "Qwen2ForCausalLM",
+                                  "Qwen3ForCausalLM",
+                                  "Gemma2ForCausalLM",
+                                  "Gemma3ForCausalLM"};
   nlohmann::json j;
   j["architectures"] = {classes[static_cast<int>(arch)]};
   j["model_type"] = architecture_name(arch);
@@ -174,28 +325,54 @@ nlohmann::json ModelConfig::to_json() const {
   j["head_dim"] = head_dim;
   j["max_position_embeddings"] = max_position_embeddings;
   j["rms_norm_eps"] = rms_norm_eps;
-  j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = arch == Architecture::qwen2 ? false : o_bias;
-  j["mlp_bias"] = mlp_bias;
-  nlohmann::json rope = {{"rope_theta", rope_theta}, {"rope_type", rope_scaling.type}};
-  if (rope_scaling.type != "default") rope["factor"] = rope_scaling.factor;
-  if (rope_scaling.type == "llama3") {
-    rope["low_freq_factor"] = rope_scaling.low_freq_factor;
-    rope["high_freq_factor"] = rope_scaling.high_freq_factor;
-    rope["original_max_position_embeddings"] = rope_scaling.original_max_position_embeddings;
+  auto rope_json = [](const RopeParams& r) {
+    nlohmann::json rope = {{"rope_theta", r.theta}, {"rope_type", r.scaling.type}};
+    if (r.scaling.type != "default") rope["factor"] = r.scaling.factor;
+    if (r.scaling.type == "llama3") {
+      rope["low_freq_factor"] = r.scaling.low_freq_factor;
+      rope["high_freq_factor"] = r.scaling.high_freq_factor;
+      rope["original_max_position_embeddings"] = r.scaling.original_max_position_embeddings;
+    }
+    return rope;
+  };
+  const RopeParams global{rope_theta, rope_scaling};
+  if (gemma) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    // An int in transformers' strict Gemma configs.
+    j["query_pre_attn_scalar"] = std::llround(query_pre_attn_scalar.value_or(256.0));
+    j["final_logit_softcapping"] = final_logit_softcap ? nlohmann::json(*final_logit_softcap) : nlohmann::json(nullptr);
+    j["attn_logit_softcapping"] = attn_logit_softcap ? nlohmann::json(*attn_logit_softcap) : nlohmann::json(nullptr);
+    auto types = nlohmann::json::array();
+    j["sliding_window"] = nullptr;
+    for (const auto& w : sliding_window) {
+      types.push_back(w ? "sliding_attention" : "full_attention");
+      if (w) j["sliding_window"] = *w;
+    }
+    j["layer_types"] = types;
+    j["rope_parameters"] = sliding_rope ? nlohmann::json{{"full_attention", rope_json(global)},
+                                                         {"sliding_attention", rope_json(*sliding_rope)}}
+                                        : rope_json(global);
+    // Gemma's tokenizer: <pad> 0, <eos> 1, <bos> 2.
+    j["pad_token_id"] = 0;
+    j["bos_token_id"] = 2;
+    j["eos_token_id"] = 1;
+  } else {
+    j["hidden_act"] = "silu";
+    j["mlp_bias"] = mlp_bias;
+    j["rope_parameters"] = rope_json(global);
+    const auto window = sliding_window.empty() ? std::nullopt : sliding_window.back();
+    j["sliding_window"] = window ? nlohmann::json(*window) : nlohmann::json(nullptr);
+    if (window && arch != Architecture::mistral) {
+      j["use_sliding_window"] = true;
+      int64_t first = num_layers;
+      for (int64_t i = num_layers - 1; i >= 0 && sliding_window[i]; --i) first = i;
+      j["max_window_layers"] = first;
+    }
+    j["bos_token_id"] = 1;
+    j["eos_token_id"] = 2;
   }
-  j["rope_parameters"] = rope;
-  const auto window = sliding_window.empty() ? std::nullopt : sliding_window.back();
-  j["sliding_window"] = window ? nlohmann::json(*window) : nlohmann::json(nullptr);
-  if (window && arch != Architecture::mistral) {
-    j["use_sliding_window"] = true;
-    int64_t first = num_layers;
-    for (int64_t i = num_layers - 1; i >= 0 && sliding_window[i]; --i) first = i;
-    j["max_window_layers"] = first;
-  }
-  j["bos_token_id"] = 1;
-  j["eos_token_id"] = 2;
   j["dtype"] = "float32";
   return j;
 }

@@ -1,7 +1,8 @@
 // A decoder model's shape and conventions, read from a Hugging Face config.json. Normalises the
 // differences between transformers v4 and v5 files (rope_theta/rope_scaling vs rope_parameters,
 // missing head_dim or num_key_value_heads) and between families (Mistral's window, Qwen3's q/k
-// norms), as transformers' configuration classes read them.
+// norms, Gemma's norms, soft-caps and per-layer-type rope), as transformers' configuration classes
+// read them.
 #pragma once
 
 #include <optional>
@@ -14,9 +15,20 @@
 
 namespace qtrain::engine::model {
 
-enum class Architecture { llama, mistral, qwen2, qwen3 };
+// gemma3 is the text decoder of Gemma 3 (model_type gemma3_text, Gemma3ForCausalLM), also read
+// from the text_config of a multimodal gemma3 (Gemma3ForConditionalGeneration) folder.
+enum class Architecture { llama, mistral, qwen2, qwen3, gemma2, gemma3 };
 
+// The model_type transformers writes: llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
 std::string architecture_name(Architecture arch);
+
+enum class Activation { silu, gelu_tanh };  // the MLP's gate: SwiGLU or Gemma's GeGLU (tanh GELU)
+
+// Rotary frequencies of one kind of layer.
+struct RopeParams {
+  double theta = 10000.0;
+  ops::RopeScaling scaling;
+};
 
 struct ModelConfig {
   Architecture arch = Architecture::llama;
@@ -35,9 +47,22 @@ struct ModelConfig {
   bool qkv_bias = false;  // Qwen2 (always), Llama/Qwen3 with attention_bias
   bool o_bias = false;    // attention_bias on families that put it on o_proj too
   bool mlp_bias = false;
-  bool qk_norm = false;                                // Qwen3: RMSNorm over head_dim on q and k before RoPE
+  bool qk_norm = false;                                // Qwen3, Gemma 3: RMSNorm over head_dim on q and k before RoPE
   std::vector<std::optional<int64_t>> sliding_window;  // per layer; nullopt = full attention
-  nlohmann::json raw;                                  // the file as read, for writing it back unchanged
+  // Gemma 2 and 3 (see Note [Gemma decoder] in decoder_layer.h): (1 + w) RMSNorms, four per
+  // layer, embeddings times sqrt(hidden_size), GeGLU, attention scaled by
+  // query_pre_attn_scalar^-0.5 and optionally soft-capped (Gemma 2), and final logits soft-capped.
+  bool gemma = false;
+  Activation hidden_act = Activation::silu;
+  std::optional<double> query_pre_attn_scalar;  // attention scale = this^-0.5 (default head_dim^-0.5)
+  std::optional<double> attn_logit_softcap;     // Gemma 2 (50)
+  std::optional<double> final_logit_softcap;    // Gemma 2 (30)
+  std::optional<RopeParams> sliding_rope;       // Gemma 3: sliding layers' rope (rope_local_base_freq)
+  // The decoder's tensor names start with this: "model." (…ForCausalLM), or
+  // "model.language_model." for a multimodal Gemma 3 (see Note [Multimodal Gemma 3 tensor names]
+  // in causal_lm.cpp for how its checkpoint spells them).
+  std::string weight_prefix = "model.";
+  nlohmann::json raw;  // the file as read, for writing it back unchanged
 
   // `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -9,8 +9,9 @@
 namespace qtrain::engine::schedule {
 namespace {
 // An empty segments tensor stands for "no segments": autograd rejects undefined inputs.
+// The checkpoint saves only the rope tables its layer uses (LayerInputs::rope_for).
 model::LayerInputs layer_inputs(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments) {
-  return {ops::RopeTables{cos, sin}, segments.numel() > 0 ? segments : at::Tensor()};
+  return {ops::RopeTables{cos, sin}, {}, segments.numel() > 0 ? segments : at::Tensor()};
 }
 }  // namespace
 
@@ -76,7 +77,8 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
 at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inputs, const CheckpointContext& ctx) {
   const auto params = ctx.layer->trainable_parameters();
   const auto segments = inputs.segments.defined() ? inputs.segments : at::empty({0}, h.options().dtype(at::kLong));
-  return CheckpointFunction::apply(h, inputs.rope.cos, inputs.rope.sin, segments, at::TensorList(params), &ctx);
+  const auto& rope = inputs.rope_for(ctx.layer->sliding_window.has_value());
+  return CheckpointFunction::apply(h, rope.cos, rope.sin, segments, at::TensorList(params), &ctx);
 }
 
 }  // namespace qtrain::engine::schedule

@@ -53,8 +53,8 @@ ExecutionPlan LayerScheduler::prepare_eval() {
 }
 
 model::LayerInputs LayerScheduler::layer_inputs(const StepInputs& in) const {
-  model::LayerInputs out;
-  out.rope = in.position_ids.defined() ? model_.rope(in.position_ids) : model_.rope(in.input_ids.size(1));
+  auto out =
+      in.position_ids.defined() ? model_.layer_inputs(in.position_ids) : model_.layer_inputs(in.input_ids.size(1));
   if (in.segment_ids.defined()) out.segments = in.segment_ids.to(model_.device(), at::kLong);
   return out;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "offload/blob_layout.h"
+#include "ops/nn/cross_entropy.h"
 
 namespace qtrain::engine::schedule {
 namespace {
@@ -19,7 +20,8 @@ namespace {
 // H hidden, I intermediate, qd = heads * head_dim, kvd = kv_heads * head_dim, r the LoRA rank.
 // Per layer that is not checkpointed:
 // - each RMSNorm: its input in float32 (pow and mul save it) and the rsqrt per row: N (4H + 4);
-//   Qwen3's q/k norms the same over q and k. The first layer's input norm saves nothing: the
+//   Qwen3's and Gemma 3's q/k norms the same over q and k. Gemma has four per layer (the (1 + w)
+//   multiply saves nothing more: w is frozen). The first layer's input norm saves nothing: the
 //   embedding output needs no gradient (the embeddings are frozen);
 // - a base linear (dense, 4-bit or int8) saves no activation: its weight does not require grad
 //   (see Note [Quantized linear autograd] in ops/linear_4bit.cpp);
@@ -29,14 +31,18 @@ namespace {
 //   a view of the attention output a fused kernel keeps anyway. With dropout it saves the
 //   dropped-out copy (float32) and the mask per adapter instead: 1 byte per element from CUDA's
 //   fused dropout, 4 from the CPU's (at::dropout multiplies by a float32 noise tensor there);
-// - rope saves only the shared cos/sin tables; the SwiGLU saves gate's and up's outputs and
-//   silu(gate): 3 N I s;
+// - rope saves only the shared cos/sin tables; the SwiGLU (and Gemma's GeGLU) saves gate's and
+//   up's outputs and silu(gate) (gelu(gate)): 3 N I s;
 // - attention: a fused kernel (flash, memory-efficient, the CPU's
 //   flash) keeps q, k, v, its output and the float32 log-sum-exp per head and token, plus the
 //   mask converted to the compute dtype when there is one ([B, 1, T, T] with segment ids,
 //   [T, T] for a sliding window alone). With a mask and grouped-query heads on CUDA, k and v are
 //   expanded to every query head first, so the memory-efficient kernel takes them (see
-//   ops/nn/attention.cpp); the expanded copies are what it keeps.
+//   ops/nn/attention.cpp); the expanded copies are what it keeps. Gemma 2's soft-capped
+//   attention runs unfused (ops/nn/attention.cpp): it keeps q, k and v expanded to every query
+//   head, the tanh of the scores [B, heads, T, T] in s, the float32 probabilities and their cast
+//   to s (the same tensor in float32), and the boolean mask; its backward holds two more [B,
+//   heads, T, T] float32 gradients.
 // A checkpointed layer keeps only its input, N H s (the checkpoint saves it; the rope tables and
 // segments it also saves are shared by all layers). Its backward first recomputes what a full
 // layer keeps, then adds the gradients: the incoming and the residual gradient (N H s each), the
@@ -46,15 +52,13 @@ namespace {
 // largest dequantized weight. These transients are an estimate, not a measurement.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
 // (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
-// batch (4 int64 [B, T] tensors on the device).
+// batch (4 int64 [B, T] tensors on the device). Gemma 3 has a second pair of rope tables (its
+// sliding layers' own).
 
 // qtrain's double quantization nests absmax in blocks of 256 (ops::quantize_4bit; bitsandbytes'
 // pre-quantized checkpoints use the same).
 constexpr int64_t kNestedBlocksize = 256;
 constexpr int64_t kCodeEntries = 256;
-// CausalLM::loss_sum computes the cross-entropy in chunks of this many tokens (the default of
-// ops::chunked_cross_entropy_sum).
-constexpr int64_t kLossChunkTokens = 1024;
 // cuBLAS' default workspace (":4096:8", 8 x 4 MiB) and cuBLASLt's, each per handle and stream.
 constexpr int64_t kCublasWorkspaceBytes = int64_t{64} << 20;
 
@@ -138,15 +142,24 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
   offload::LayerCost cost;
   cost.saved_checkpointed = N * H * s;
-  int64_t saved = (layer == 0 ? 1 : 2) * N * (H * 4 + 4);  // the RMSNorms
+  const int64_t norms = c.gemma ? 4 : 2;
+  int64_t saved = (layer == 0 ? norms - 1 : norms) * N * (H * 4 + 4);  // the RMSNorms
   if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + c.num_kv_heads) * 4;
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
   saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
   saved += lora_saved(adapted[6], I, N, shape);
-  saved += 3 * N * I * s;  // SwiGLU
-  saved += N * (2 * qd + 2 * kv_kept) * s + N * c.num_heads * 4 + mask_bytes;
-  const int64_t attention_transient = N * (qd + 2 * kv_kept) * s + N * qd * 4;
+  saved += 3 * N * I * s;  // SwiGLU / GeGLU
+  int64_t attention_transient = 0;
+  if (c.attn_logit_softcap) {
+    const int64_t scores = B * c.num_heads * T * T;
+    const int64_t bool_mask = (shape.segment_mask ? B : 1) * T * T;
+    saved += 3 * N * qd * s + scores * (s + 4 + (s == 4 ? 0 : s)) + bool_mask;
+    attention_transient = 3 * N * qd * s + 2 * scores * 4;
+  } else {
+    saved += N * (2 * qd + 2 * kv_kept) * s + N * c.num_heads * 4 + mask_bytes;
+    attention_transient = N * (qd + 2 * kv_kept) * s + N * qd * 4;
+  }
   cost.saved_full = saved;
 
   const int64_t mlp_transient = N * I * (4 * s + 4);
@@ -209,15 +222,16 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
   const int64_t blob = offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype));
-  int64_t per_layer_resident = 2 * H;  // input and post-attention norms
+  int64_t per_layer_resident = (c.gemma ? 4 : 2) * H;  // input and post-attention (Gemma: and feed-forward) norms
   if (c.qk_norm) per_layer_resident += 2 * c.head_dim;
   if (c.qkv_bias) per_layer_resident += qd + 2 * kvd;
   if (c.o_bias) per_layer_resident += H;
   if (c.mlp_bias) per_layer_resident += 2 * I + H;
   // Embeddings, the output head unless tied, the final norm, the per-layer norms and biases (all
   // in the compute dtype) and the float32 rope frequencies.
-  in.fixed_bytes =
-      ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident) * s + c.head_dim / 2 * 4;
+  const int64_t rope_kinds = c.sliding_rope ? 2 : 1;
+  in.fixed_bytes = ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident) * s +
+                   rope_kinds * c.head_dim / 2 * 4;
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     offload::LayerCost cost = layer_cost(c, shape, i);
@@ -233,12 +247,14 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   }
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
-  in.saved_outside_layers = N * (H * 4 + 4) + N * H * s + N * 8 + 2 * rope_rows * T * c.head_dim * s + 4 * N * 8;
+  in.saved_outside_layers =
+      N * (H * 4 + 4) + N * H * s + N * 8 + rope_kinds * 2 * rope_rows * T * c.head_dim * s + 4 * N * 8;
   // One chunk of logits: in the compute dtype and in float32, and up to three float32 temporaries
   // (log-sum-exp in forward; softmax, mask and scale in backward), and the gradient of the loss's
   // input [N, H].
-  const int64_t chunk = std::min(kLossChunkTokens, N);
-  in.loss_workspace = chunk * V * (12 + (s == 4 ? 0 : s)) + N * H * s;
+  const int64_t chunk = std::min(ops::kCrossEntropyChunkTokens, N);
+  // A soft-cap (Gemma 2) adds the raw logits and their tanh in the compute dtype.
+  in.loss_workspace = chunk * V * (12 + (s == 4 ? 0 : s) + (c.final_logit_softcap ? 2 * s : 0)) + N * H * s;
   in.library_workspace = shape.device == c10::DeviceType::CUDA ? kCublasWorkspaceBytes : 0;
   return in;
 }

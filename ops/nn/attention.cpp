@@ -2,15 +2,37 @@
 #include "ops/nn/attention.h"
 
 #include <cmath>
+#include <limits>
 
 #include <ATen/ATen.h>
 
 namespace qtrain::ops {
+namespace {
+
+// transformers' eager_attention_forward (modeling_gemma2.py): scores in q's dtype, capped, masked,
+// softmax in float32 and cast back, then times v. It keeps the [B, heads, T, T] scores for
+// backward: this path is for the soft-capped attention of Gemma 2, which no fused kernel computes.
+at::Tensor softcapped_attention(const at::Tensor& q,
+                                const at::Tensor& k,
+                                const at::Tensor& v,
+                                const at::Tensor& visible,
+                                double scale,
+                                double softcap) {
+  const int64_t group = q.size(1) / k.size(1);
+  const auto kr = group == 1 ? k : k.repeat_interleave(group, 1);
+  const auto vr = group == 1 ? v : v.repeat_interleave(group, 1);
+  auto scores = at::matmul(q, kr.transpose(2, 3)) * scale;
+  scores = at::tanh(scores / softcap) * softcap;
+  scores = scores.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+  return at::matmul(at::softmax(scores, -1, at::kFloat).to(q.scalar_type()), vr);
+}
+
+}  // namespace
 
 at::Tensor causal_attention(const at::Tensor& q,
                             const at::Tensor& k,
                             const at::Tensor& v,
-                            std::optional<int64_t> sliding_window,
+                            const AttentionOptions& options,
                             const at::Tensor& segments) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "causal_attention: q, k, v must be [B, heads, T, d]");
   TORCH_CHECK(q.size(1) % k.size(1) == 0,
@@ -19,11 +41,12 @@ at::Tensor causal_attention(const at::Tensor& q,
               " query heads are not a multiple of ",
               k.size(1),
               " key/value heads");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
+  const auto& sliding_window = options.sliding_window;
   const int64_t t = q.size(2);
   const bool gqa = q.size(1) != k.size(1);
   const bool windowed = sliding_window && *sliding_window < t;
-  if (!windowed && !segments.defined()) {
+  if (!windowed && !segments.defined() && !options.softcap) {
     // The fused causal kernels (flash / memory-efficient on CUDA) need no mask tensor.
     return at::scaled_dot_product_attention(q,
                                             k,
@@ -50,6 +73,7 @@ at::Tensor causal_attention(const at::Tensor& q,
     auto pad_self = (segments < 0).unsqueeze(2).logical_and(i == j);
     visible = visible.logical_and(same).logical_and((segments >= 0).unsqueeze(2)).logical_or(pad_self).unsqueeze(1);
   }
+  if (options.softcap) return softcapped_attention(q, k, v, visible, scale, *options.softcap);
   if (gqa && q.is_cuda()) {
     // CUDA's memory-efficient kernel takes a mask but not grouped-query heads, and the math
     // kernel it would otherwise fall back to keeps [B, heads, T, T] float32 probabilities: give

@@ -1,6 +1,7 @@
 // Causal self-attention through at::scaled_dot_product_attention (flash / memory-efficient
 // kernels on CUDA, the math kernel on CPU), with grouped-query heads and an optional sliding
-// window (Mistral).
+// window (Mistral, Gemma's sliding layers); with a logit soft-cap (Gemma 2), which no fused
+// kernel takes, through explicit float32 softmax as transformers' eager attention.
 #pragma once
 
 #include <optional>
@@ -8,6 +9,12 @@
 #include <ATen/core/Tensor.h>
 
 namespace qtrain::ops {
+
+struct AttentionOptions {
+  std::optional<int64_t> sliding_window;  // key j visible to query i only if i - j < window
+  std::optional<double> scale;            // of q·k; default 1/sqrt(d) (Gemma: query_pre_attn_scalar^-0.5)
+  std::optional<double> softcap;          // scores = softcap * tanh(scores / softcap), before the mask
+};
 
 // q: [B, heads, T, d]; k, v: [B, kv_heads, T, d] with heads % kv_heads == 0. Key j is visible to
 // query i iff j <= i and (no window or i - j < window) and, with `segments` (int64 [B, T]: the
@@ -17,7 +24,7 @@ namespace qtrain::ops {
 at::Tensor causal_attention(const at::Tensor& q,
                             const at::Tensor& k,
                             const at::Tensor& v,
-                            std::optional<int64_t> sliding_window = std::nullopt,
+                            const AttentionOptions& options = {},
                             const at::Tensor& segments = {});
 
 }  // namespace qtrain::ops

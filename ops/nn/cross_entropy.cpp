@@ -4,20 +4,38 @@
 #include <ATen/ATen.h>
 
 namespace qtrain::ops {
+namespace {
+
+// One chunk's logits [n, V] in h's dtype, capped when softcap > 0, and the tanh they were capped
+// with (undefined without a cap).
+std::pair<at::Tensor, at::Tensor> chunk_logits(const at::Tensor& h, const at::Tensor& weight, double softcap) {
+  auto logits = at::matmul(h, weight.t());
+  if (softcap <= 0) return {logits, at::Tensor()};
+  auto t = at::tanh(logits / softcap);
+  return {t * softcap, t};
+}
+
+}  // namespace
+
+at::Tensor softcap_logits(const at::Tensor& logits, double softcap) {
+  return at::tanh(logits / softcap) * softcap;
+}
 
 at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& h,
                                                 const at::Tensor& weight,
                                                 const at::Tensor& labels,
-                                                int64_t chunk_tokens) {
+                                                int64_t chunk_tokens,
+                                                double softcap) {
   ctx->save_for_backward({h, weight, labels});
   ctx->saved_data["chunk"] = chunk_tokens;
+  ctx->saved_data["softcap"] = softcap;
   auto total = at::zeros({}, h.options().dtype(at::kFloat));
   for (int64_t s = 0; s < h.size(0); s += chunk_tokens) {
     const int64_t n = std::min(chunk_tokens, h.size(0) - s);
     const auto lab = labels.narrow(0, s, n);
     const auto valid = lab != kIgnoreIndex;
-    const auto logits = at::matmul(h.narrow(0, s, n), weight.t()).to(at::kFloat);  // [n, V]
+    const auto logits = chunk_logits(h.narrow(0, s, n), weight, softcap).first.to(at::kFloat);  // [n, V]
     const auto target = logits.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1);
     total += ((at::logsumexp(logits, 1) - target) * valid).sum();
   }
@@ -31,6 +49,7 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
   const auto& weight = saved[1];
   const auto& labels = saved[2];
   const int64_t chunk = ctx->saved_data.at("chunk").toInt();
+  const double softcap = ctx->saved_data.at("softcap").toDouble();
   const auto g = grad_out[0].to(at::kFloat);
   const bool need_h = ctx->needs_input_grad(0);
   const bool need_w = ctx->needs_input_grad(1);
@@ -42,19 +61,24 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
     const auto valid = (lab != kIgnoreIndex).unsqueeze(1);
     const auto hc = h.narrow(0, s, n);
     // d(sum loss)/d logits = softmax - onehot(target), zero for ignored tokens.
-    auto dlogits = at::softmax(at::matmul(hc, weight.t()).to(at::kFloat), 1);
+    const auto [logits, tanh] = chunk_logits(hc, weight, softcap);
+    auto dlogits = at::softmax(logits.to(at::kFloat), 1);
     dlogits.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), at::full({n, 1}, -1.0f, dlogits.options()));
-    dlogits = (dlogits * valid * g).to(h.scalar_type());
+    dlogits = dlogits * valid * g;
+    // Through the cap: d(cap * tanh(z / cap))/dz = 1 - tanh^2.
+    if (tanh.defined()) dlogits = dlogits * (1 - tanh.to(at::kFloat).square());
+    dlogits = dlogits.to(h.scalar_type());
     if (need_h) grad_h.narrow(0, s, n).copy_(at::matmul(dlogits, weight));
     if (need_w) grad_w.add_(at::matmul(dlogits.t(), hc).to(at::kFloat));
   }
-  return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor()};
+  return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
 }
 
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
                                      const at::Tensor& weight,
                                      const at::Tensor& labels,
-                                     int64_t chunk_tokens) {
+                                     int64_t chunk_tokens,
+                                     std::optional<double> softcap) {
   TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
               "chunked_cross_entropy: h ",
               h.sizes(),
@@ -69,6 +93,7 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
               " ",
               labels.sizes());
   TORCH_CHECK(chunk_tokens > 0, "chunked_cross_entropy: chunk_tokens must be positive, got ", chunk_tokens);
+  TORCH_CHECK(!softcap || *softcap > 0, "chunked_cross_entropy: softcap must be positive, got ", softcap.value_or(0));
   const auto bad = (labels != kIgnoreIndex).logical_and((labels < 0).logical_or(labels >= weight.size(0)));
   TORCH_CHECK(!bad.any().item<bool>(),
               "chunked_cross_entropy: a label is outside [0, ",
@@ -76,7 +101,7 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
               ") and is not the ignore index ",
               kIgnoreIndex,
               " (the dataset and the model disagree on the vocabulary)");
-  return ChunkedCrossEntropyFunction::apply(h, weight, labels, chunk_tokens);
+  return ChunkedCrossEntropyFunction::apply(h, weight, labels, chunk_tokens, softcap.value_or(0.0));
 }
 
 }  // namespace qtrain::ops

@@ -1,7 +1,11 @@
 // Cross-entropy of a language-model head, computed in chunks of tokens so that the float32
 // logits of all tokens ([tokens, vocab], 1 GiB for 2048 tokens of a 128k vocabulary) never exist
-// at once. Backward recomputes each chunk's logits instead of saving them.
+// at once. Backward recomputes each chunk's logits instead of saving them. Gemma 2's final logit
+// soft-cap (logits = cap * tanh(logits / cap)) is applied per chunk too, so the capped logits
+// never exist in full either.
 #pragma once
+
+#include <optional>
 
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -9,22 +13,30 @@
 namespace qtrain::ops {
 
 inline constexpr int64_t kIgnoreIndex = -100;
+inline constexpr int64_t kCrossEntropyChunkTokens = 1024;
 
 // h: [N, H] final hidden states; weight: [V, H] the output head; labels: int64 [N], kIgnoreIndex
 // for tokens that are not predicted. Returns the float32 SUM of the token losses (log-softmax in
 // float32 over logits computed in h's dtype, as transformers does); gradients flow to h and, if
-// it requires grad, to weight. Divide by the number of predicted tokens for the mean.
+// it requires grad, to weight. Divide by the number of predicted tokens for the mean. With
+// `softcap`, the logits are capped in h's dtype before the float32 log-softmax, as transformers'
+// Gemma2ForCausalLM caps them before its loss.
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
                                      const at::Tensor& weight,
                                      const at::Tensor& labels,
-                                     int64_t chunk_tokens = 1024);
+                                     int64_t chunk_tokens = kCrossEntropyChunkTokens,
+                                     std::optional<double> softcap = std::nullopt);
+
+// logits: [..., V] -> softcap * tanh(logits / softcap) in logits' dtype.
+at::Tensor softcap_logits(const at::Tensor& logits, double softcap);
 
 struct ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCrossEntropyFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx,
                             const at::Tensor& h,
                             const at::Tensor& weight,
                             const at::Tensor& labels,
-                            int64_t chunk_tokens);
+                            int64_t chunk_tokens,
+                            double softcap);  // 0: none
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);
 };

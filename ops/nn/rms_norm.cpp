@@ -4,17 +4,33 @@
 #include <ATen/ATen.h>
 
 namespace qtrain::ops {
+namespace {
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+void check_weight(const at::Tensor& x, const at::Tensor& weight) {
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x.size(-1),
               "rms_norm: weight has shape ",
               weight.sizes(),
               " but x has ",
               x.size(-1),
               " features");
+}
+
+// x / rms(x) in float32.
+at::Tensor normalized(const at::Tensor& x, double eps) {
   const auto xf = x.to(at::kFloat);
-  const auto normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight.to(x.scalar_type()) * normed.to(x.scalar_type());
+  return xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+}
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_weight(x, weight);
+  return weight.to(x.scalar_type()) * normalized(x, eps).to(x.scalar_type());
+}
+
+at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_weight(x, weight);
+  return (normalized(x, eps) * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
 }
 
 }  // namespace qtrain::ops

@@ -3,7 +3,10 @@ parity tests.
 
 For each architecture (llama with llama3 rope scaling, mistral with a sliding window shorter
 than the sequence, qwen2 with q/k/v biases, qwen3 with q/k norms, an explicit head_dim and tied
-embeddings) it writes, under --out/<arch>/:
+embeddings, gemma2 and gemma3 with head_dim != hidden / heads, sliding and full layers, a window
+shorter than the sequence, query_pre_attn_scalar != head_dim, random (1 + w) norms, Gemma 2's
+soft-caps small enough to bite, Gemma 3's local rope and linearly scaled global rope) it writes,
+under --out/<arch>/:
   base/                     the tiny random model (transformers save_pretrained, float32)
   adapter/                  a PEFT LoRA adapter on all linear layers, with random A and B
   reference.safetensors     input ids, labels, and logits / loss / LoRA gradients for the base
@@ -12,10 +15,23 @@ embeddings) it writes, under --out/<arch>/:
                             bitsandbytes' CPU rescale constant corrected (see
                             register_exact_int8_rescale)
 
+and two Gemma fixtures of what transformers reads from files it did not write itself:
+  gemma_configs/<case>/config.json  Hub-style configs (no layer_types; transformers 4's rope_theta,
+                            rope_local_base_freq, rope_scaling; a multimodal Gemma 3 whose
+                            text_config holds five keys), and gemma_configs/reference.safetensors:
+                            per case the layer kinds, the window, head_dim, the scalars
+                            (query_pre_attn_scalar, caps, vocab, heads, tie) and the rope inv_freq
+                            of each layer kind as transformers' rotary classes compute them
+  gemma3_mm/base, gemma3_mm/reference.safetensors  a tiny Gemma3ForConditionalGeneration (its
+                            decoder under model.language_model., a vision tower) and its text-only
+                            logits and loss
+
     python scripts/reference/model_reference.py --out build/fixtures/models
 """
 
 import argparse
+import json
+import math
 import os
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
@@ -25,7 +41,7 @@ import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-from transformers import LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+from transformers import Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 COMMON = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
@@ -38,6 +54,16 @@ ARCHS = {
     "mistral": lambda: MistralConfig(**COMMON, sliding_window=8),
     "qwen2": lambda: Qwen2Config(**COMMON),
     "qwen3": lambda: Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=True),
+    # Gemma's defaults tie the embeddings and use gelu_pytorch_tanh. The caps are far below the
+    # released 50 / 30 so that tanh is not linear on these small random activations.
+    "gemma2": lambda: Gemma2Config(**COMMON, head_dim=24, query_pre_attn_scalar=20, sliding_window=6,
+                                   attn_logit_softcapping=0.8, final_logit_softcapping=1.5),
+    "gemma3": lambda: Gemma3TextConfig(**COMMON, head_dim=40, query_pre_attn_scalar=30, sliding_window=7,
+                                       layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                       rope_parameters={
+                                           "full_attention": {"rope_type": "linear", "factor": 4.0,
+                                                              "rope_theta": 1e6},
+                                           "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
 }
 QUANT = {
     "fp32": None,
@@ -87,6 +113,11 @@ def make_arch(arch, root):
     cfg = ARCHS[arch]()
     base_dir, adapter_dir = os.path.join(root, "base"), os.path.join(root, "adapter")
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    if arch.startswith("gemma"):
+        with torch.no_grad():  # Gemma initialises its (1 + w) norms to 0: make w matter
+            for name, p in model.named_parameters():
+                if "norm" in name:
+                    p.normal_(0, 0.2)
     model.save_pretrained(base_dir)
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS))
     with torch.no_grad():
@@ -120,11 +151,97 @@ def int8_exact(arch, root, tensors):
     save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(root, "reference.safetensors"))
 
 
+# Hub-style configs, smaller. gemma2_hub: google/gemma-2-2b's keys (no layer_types, both activation
+# keys); gemma3_1b: google/gemma-3-1b-pt's (rope_local_base_freq, sliding_window_pattern, no caps);
+# gemma3_4b: google/gemma-3-4b-pt's multimodal config, whose text_config has five keys and takes
+# the rest from Gemma3TextConfig's defaults.
+GEMMA_CONFIGS = {
+    "gemma2_hub": {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": False,
+                   "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "head_dim": 256,
+                   "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2304,
+                   "intermediate_size": 9216, "max_position_embeddings": 8192, "num_attention_heads": 8,
+                   "num_hidden_layers": 5, "num_key_value_heads": 4, "query_pre_attn_scalar": 256,
+                   "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "vocab_size": 256000},
+    "gemma3_1b": {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "attention_bias": False,
+                  "attn_logit_softcapping": None, "final_logit_softcapping": None, "head_dim": 256,
+                  "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+                  "max_position_embeddings": 32768, "num_attention_heads": 4, "num_hidden_layers": 7,
+                  "num_key_value_heads": 1, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06,
+                  "rope_local_base_freq": 10000, "rope_scaling": None, "rope_theta": 1000000,
+                  "sliding_window": 512, "sliding_window_pattern": 6, "vocab_size": 262144},
+    "gemma3_4b": {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+                  "boi_token_index": 255999, "eoi_token_index": 256000, "image_token_index": 262144,
+                  "mm_tokens_per_image": 256,
+                  "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                                  "num_hidden_layers": 8, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                                  "sliding_window": 1024},
+                  "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                                    "model_type": "siglip_vision_model", "num_attention_heads": 16,
+                                    "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": False}},
+}
+
+
+def gemma_configs(root):
+    from transformers import AutoConfig
+    from transformers.models.gemma2.modeling_gemma2 import Gemma2RotaryEmbedding
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RotaryEmbedding
+    tensors = {}
+    for name, cfg in GEMMA_CONFIGS.items():
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        with open(os.path.join(root, name, "config.json"), "w") as f:
+            json.dump(cfg, f, indent=2)
+        text = AutoConfig.from_pretrained(os.path.join(root, name)).get_text_config()
+        gemma2 = text.model_type == "gemma2"
+        tensors[f"{name}.sliding"] = torch.tensor([t == "sliding_attention" for t in text.layer_types], dtype=torch.int64)
+        tensors[f"{name}.window"] = torch.tensor([text.sliding_window], dtype=torch.int64)
+        nan = float("nan")
+        caps = [text.final_logit_softcapping, text.attn_logit_softcapping if gemma2 else None]
+        tied = AutoConfig.from_pretrained(os.path.join(root, name)).tie_word_embeddings
+        tensors[f"{name}.scalars"] = torch.tensor(
+            [text.query_pre_attn_scalar] + [nan if c is None else c for c in caps] +
+            [text.vocab_size, text.num_attention_heads, text.num_key_value_heads, text.head_dim, float(tied)],
+            dtype=torch.float64)
+        if gemma2:
+            tensors[f"{name}.inv_freq.full"] = Gemma2RotaryEmbedding(text).inv_freq
+            tensors[f"{name}.inv_freq.sliding"] = tensors[f"{name}.inv_freq.full"].clone()
+        else:
+            rotary = Gemma3RotaryEmbedding(text)
+            for kind in ("full", "sliding"):
+                tensors[f"{name}.inv_freq.{kind}"] = getattr(rotary, f"{kind}_attention_inv_freq")
+    save_file({k: v.contiguous() for k, v in tensors.items()}, os.path.join(root, "reference.safetensors"))
+
+
+def gemma3_multimodal(root):
+    """A tiny Gemma3ForConditionalGeneration: the gemma3 fixture's decoder with a vision tower."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, SiglipVisionConfig
+    torch.manual_seed(11)
+    text = ARCHS["gemma3"]()
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    model = Gemma3ForConditionalGeneration(Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                                        mm_tokens_per_image=4)).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and "language_model" in name:
+                p.normal_(0, 0.2)
+    model.save_pretrained(os.path.join(root, "base"))
+    model = Gemma3ForConditionalGeneration.from_pretrained(os.path.join(root, "base"), dtype=torch.float32).eval()
+    ids = torch.randint(0, text.vocab_size, (2, 24), generator=torch.Generator().manual_seed(7))
+    labels = ids.clone()
+    labels[0, :5] = -100
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=labels)
+    save_file({"ids": ids, "labels": labels, "logits": out.logits.contiguous(), "loss": out.loss.reshape(1)},
+              os.path.join(root, "reference.safetensors"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    gemma_configs(os.path.join(args.out, "gemma_configs"))
+    gemma3_multimodal(os.path.join(args.out, "gemma3_mm"))
     made = {arch: make_arch(arch, os.path.join(args.out, arch)) for arch in ARCHS}
     register_exact_int8_rescale()
     for arch, tensors in made.items():

@@ -294,6 +294,52 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
 }
 
+// Tiny Gemma 2 and Gemma 3 folders from init-model: transformers loads them, and qtrain's eval
+// loss in float32 is transformers' on the reference inputs.
+TEST_F(Commands, InitModelWritesGemmaFoldersWithTransformersLoss) {
+  for (const char* arch : {"gemma2", "gemma3"}) {
+    SCOPED_TRACE(arch);
+    const auto out = dir_ / (std::string("tiny-") + arch);
+    ASSERT_EQ(run(qtrain() + " init-model --arch " + arch + " --preset tiny --seed 3 --out " + out.string()).status, 0);
+    const auto folder = engine::io::HfFolder::open(out);
+    EXPECT_EQ(folder.config().at("model_type"), std::string(arch) == "gemma2" ? "gemma2" : "gemma3_text");
+    EXPECT_TRUE(folder.contains("model.layers.1.pre_feedforward_layernorm.weight"));
+    std::ofstream(dir_ / "fp32.yaml") << "base_model: " << out.string()
+                                      << "\nlora_target_linear: true\nsequence_len: 64\ndevice: cpu\ndatasets:\n  - path: data.jsonl\n";
+    const auto r = run(qtrain() + " eval " + (dir_ / "fp32.yaml").string());
+    ASSERT_EQ(r.status, 0) << r.out;
+    const double loss = nlohmann::json::parse(last_line(r.out)).at("loss").get<double>();
+    if (python().empty()) continue;
+    const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                        out.string() + " " + (dir_ / "inputs.safetensors").string());
+    ASSERT_EQ(hf.status, 0) << hf.out;
+    // float32 on both sides: rounding only (the model parity tests' tolerance).
+    EXPECT_NEAR(loss, std::stod(last_line(hf.out)), 2e-6);
+  }
+}
+
+// configs/demo.yaml (QLoRA NF4, sample packing, checkpointing, dropout) on a Gemma 2 demo model:
+// its soft-capped attention over packed segments, sliding layers and capped loss train, and the
+// loss falls.
+TEST_F(Commands, ADemoGemma2TrainsAndItsLossFalls) {
+  const auto model = dir_ / "demo-gemma2";
+  ASSERT_EQ(run(qtrain() + " init-model --arch gemma2 --preset demo --seed 0 --out " + model.string()).status, 0);
+  const auto out = dir_ / "demo-out";
+  const auto r = run(qtrain() + " train " + (fs::path(QTRAIN_SOURCE_DIR) / "configs/demo.yaml").string() +
+                     " --set base_model=" + model.string() + " --set output_dir=" + out.string() +
+                     " --set max_steps=30 --set eval_steps=30 --set save_steps=30");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<double> losses;
+  std::ifstream in(out / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  }
+  ASSERT_EQ(losses.size(), 3u);  // logging_steps 10
+  EXPECT_LT(losses.back(), losses.front() - 0.5) << "the loss must fall clearly";
+  EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors"));
+}
+
 TEST_F(Commands, TokenizePrintsHfIdsPerLine) {
   // The llama3 stand-in and HF's ids for its single-line cases (scripts/reference/tokenizer_reference.py).
   const fs::path fixtures = std::getenv("QTRAIN_FIXTURES");
@@ -480,6 +526,20 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
       << too_many.out;
   const auto bad = run(plan + " --gpu-memory lots", true);
   EXPECT_NE(bad.out.find("--gpu-memory 'lots': expected a size such as 24GiB"), std::string::npos) << bad.out;
+  // Gemma-2-2B's shapes: head_dim 256 (8 heads over hidden 2304), four norms per layer and a
+  // tied 256000-token embedding: (256000 x 2304 + 2304 + 26 x 4 x 2304) x 2 B in bf16 plus the
+  // float32 rope frequencies (128 x 4 B) = 1.10 GiB.
+  const auto gemma = dir_ / "gemma2-2b";
+  fs::create_directories(gemma);
+  std::ofstream(gemma / "config.json")
+      << engine::model::preset_config(engine::model::Architecture::gemma2, "gemma2-2b").to_json().dump(2);
+  const auto g = run(plan + " --gpu-memory 24GiB --set base_model=" + gemma.string(), true);
+  ASSERT_EQ(g.status, 0) << g.out;
+  EXPECT_NE(g.out.find("26 of 26 layers"), std::string::npos) << g.out;
+  const auto fixed_line = g.out.find("embeddings, output head, norms, biases");
+  ASSERT_NE(fixed_line, std::string::npos) << g.out;
+  EXPECT_NE(g.out.substr(fixed_line, g.out.find('\n', fixed_line) - fixed_line).find("1.10 GiB"), std::string::npos)
+      << g.out;
   if (!at::hasCUDA()) {
     const auto none = run(plan, true);
     EXPECT_NE(none.out.find("no GPU here to plan for: give the budget with --gpu-memory 24GiB"), std::string::npos)

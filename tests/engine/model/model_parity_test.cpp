@@ -59,9 +59,13 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 // None of this depends on the CPU: the int8 products are exact integers on both sides (the
 // oracle computes them exactly, scripts/reference/bnb_oracle.py; bitsandbytes' own CPU paths,
 // torch._int_mm with AVX-512 and a float32 matmul without, agree with that for K <= 1040, and K
-// is at most 96 here).
-double logits_tol(const std::string& quant) {
-  return quant == "int8" ? 3e-2 : 2e-5;
+// is at most 96 here). bitsandbytes as shipped and corrected differ from each other by as much
+// (the fixtures' int8.logits against int8_exact.logits): 1.2-2.3% of the largest logit on the
+// Llama-family and Gemma 3 models, 3.9% on Gemma 2, whose largest logit is 1.43 (under its cap of
+// 1.5) against 2.2-2.9 on the others.
+double logits_tol(const std::string& quant, const std::string& arch) {
+  if (quant != "int8") return 2e-5;
+  return arch == "gemma2" ? 6e-2 : 3e-2;
 }
 
 class ModelParity : public testing::TestWithParam<Case> {};
@@ -76,7 +80,7 @@ TEST_P(ModelParity, LogitsAndLossMatchTransformers) {
   const auto plan = scheduler.prepare_eval();
   const auto ids = ref.tensor("ids");
   const auto logits = lm.logits(scheduler.eval_hidden(plan, ids));
-  EXPECT_LT(max_rel(logits, ref.tensor(quant + ".logits")), logits_tol(quant)) << arch << " " << quant;
+  EXPECT_LT(max_rel(logits, ref.tensor(quant + ".logits")), logits_tol(quant, arch)) << arch << " " << quant;
   const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
   EXPECT_EQ(tokens, 39);  // 2 x 23 predicted positions, minus labels 1..4 of row 0 and the last 3 of row 1
   EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor(quant + ".loss").item<double>(), quant == "int8" ? 5e-3 : 2e-6);
@@ -153,7 +157,7 @@ TEST(AdapterInterop, AnAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"}) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}) {
     for (const char* quant : {"fp32", "nf4", "int8"}) out.push_back({arch, quant});
   }
   return out;

@@ -52,6 +52,7 @@ int64_t resident_nbytes(const model::CausalLM& lm) {
   if (!lm.lm_head().is_same(lm.embed_tokens())) bytes += lm.lm_head().nbytes();
   for (const auto& layer : lm.layers()) {
     bytes += layer.input_norm.nbytes() + layer.post_attn_norm.nbytes();
+    if (layer.pre_ff_norm) bytes += layer.pre_ff_norm->nbytes() + layer.post_ff_norm->nbytes();
     if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
     for (const auto* l : layer.linears()) {
       if (l->bias) bytes += l->bias->nbytes();
@@ -95,9 +96,12 @@ std::vector<Variant> variants() {
 
 TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
   const auto dir = test::fresh_test_dir(true);
-  for (const auto& [name, config] : {std::pair{"llama tiny", model::preset_config(model::Architecture::llama, "tiny")},
-                                     std::pair{"qwen3 tiny", model::preset_config(model::Architecture::qwen3, "tiny")},
-                                     std::pair{"odd qwen2", odd_qwen2()}}) {
+  for (const auto& [name, config] :
+       {std::pair{"llama tiny", model::preset_config(model::Architecture::llama, "tiny")},
+        std::pair{"qwen3 tiny", model::preset_config(model::Architecture::qwen3, "tiny")},
+        std::pair{"gemma2 tiny", model::preset_config(model::Architecture::gemma2, "tiny")},
+        std::pair{"gemma3 tiny", model::preset_config(model::Architecture::gemma3, "tiny")},
+        std::pair{"odd qwen2", odd_qwen2()}}) {
     const auto folder_dir = dir / name;
     model::write_random_model(folder_dir, config, 3);
     const auto folder = io::HfFolder::open(folder_dir);
@@ -123,8 +127,9 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
         EXPECT_EQ(expected, real) << "layer " << layer.index;
         EXPECT_EQ(in.layers[layer.index].blob_bytes, offload::blob_bytes(real)) << "layer " << layer.index;
       }
-      // The rope frequencies (float32 [head_dim / 2]) are not reachable from outside CausalLM.
-      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + config.head_dim / 2 * 4);
+      // The rope frequencies (float32 [head_dim / 2], Gemma 3: a second set for its sliding
+      // layers) are not reachable from outside CausalLM.
+      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + (config.sliding_rope ? 2 : 1) * config.head_dim / 2 * 4);
       int64_t lora_bytes = 0;
       for (const auto& p : lm.trainable_parameters()) lora_bytes += 4 * p.nbytes();  // + grad, m, v
       EXPECT_EQ(in.lora_bytes, lora_bytes);
@@ -139,8 +144,13 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
 // autograd nodes, the checkpoints' CPU RNG states (5 KiB each) and other small tensors the
 // estimate leaves out. A first forward warms up: the first one also allocates the kernels'
 // lasting scratch (several MiB), which is no activation.
-TEST(MemoryEstimate, ActivationsMatchWhatAForwardKeepsOnTheCpu) {
-  auto config = model::preset_config(model::Architecture::llama, "tiny");
+// Gemma 2 (four norms, GeGLU, soft-capped unfused attention on the full layers, a window of 64
+// on the others) and Gemma 3 (q/k norms, two rope tables) in float32 and bfloat16 without dropout.
+class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
+
+TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
+  const auto arch = GetParam();
+  auto config = model::preset_config(arch, "tiny");
   config.hidden_size = 128;
   config.intermediate_size = 352;
   config.num_layers = 3;
@@ -149,6 +159,7 @@ TEST(MemoryEstimate, ActivationsMatchWhatAForwardKeepsOnTheCpu) {
   config.head_dim = 32;
   config.vocab_size = 512;
   config.sliding_window.assign(3, std::nullopt);
+  if (config.gemma) config.sliding_window[0] = config.sliding_window[2] = 64;
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
   const auto folder = io::HfFolder::open(dir);
@@ -157,6 +168,7 @@ TEST(MemoryEstimate, ActivationsMatchWhatAForwardKeepsOnTheCpu) {
   const auto ids = at::randint(config.vocab_size, {batch, seq}, gen, at::kLong);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     for (const double dropout : {0.0, 0.1}) {
+      if (config.gemma && dropout > 0) continue;
       QuantSpec quant;
       quant.kind = QuantSpec::Kind::nf4;
       quant.double_quant = true;
@@ -204,6 +216,12 @@ TEST(MemoryEstimate, ActivationsMatchWhatAForwardKeepsOnTheCpu) {
   }
   std::filesystem::remove_all(dir);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Architectures,
+    MemoryEstimateActivations,
+    testing::Values(model::Architecture::llama, model::Architecture::gemma2, model::Architecture::gemma3),
+    [](const testing::TestParamInfo<model::Architecture>& info) { return model::architecture_name(info.param); });
 
 }  // namespace
 }  // namespace qtrain::engine::schedule

@@ -1,5 +1,6 @@
 // ops/nn against plain ATen references: chunked cross-entropy (value and gradients, any chunk
-// size, ignored labels), causal attention with and without a sliding window, RMSNorm, RoPE.
+// size, ignored labels, soft-capped logits), causal attention with and without a sliding window
+// or a soft-cap, both RMSNorms, RoPE.
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -34,6 +35,31 @@ TEST(CrossEntropy, ChunkedSumEqualsFullCrossEntropyAndGradients) {
   }
 }
 
+TEST(CrossEntropy, SoftcappedChunksEqualCrossEntropyOfCappedLogits) {
+  at::manual_seed(2);
+  const auto labels = at::randint(0, 40, {29}, at::kLong);
+  labels.narrow(0, 10, 3).fill_(kIgnoreIndex);
+  for (int64_t chunk : {4, 29}) {
+    // Logits of magnitude ~4 against a cap of 2: tanh is far from linear.
+    auto h = at::randn({29, 16}).requires_grad_(true);
+    auto w = at::randn({40, 16}).requires_grad_(true);
+    auto sum = chunked_cross_entropy_sum(h, w, labels, chunk, 2.0);
+    auto h_ref = h.detach().clone().requires_grad_(true);
+    auto w_ref = w.detach().clone().requires_grad_(true);
+    auto capped = at::tanh(at::matmul(h_ref, w_ref.t()) / 2.0) * 2.0;
+    auto ref = at::cross_entropy_loss(capped, labels, {}, at::Reduction::Sum, kIgnoreIndex);
+    EXPECT_NEAR(sum.item<double>(), ref.item<double>(), 1e-4) << "chunk " << chunk;
+    const auto uncapped = chunked_cross_entropy_sum(h.detach(), w.detach(), labels, chunk);
+    EXPECT_GT(std::abs(uncapped.item<double>() - ref.item<double>()), 1.0) << "the cap must matter";
+    sum.backward();
+    ref.backward();
+    EXPECT_TRUE(at::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-5)) << "chunk " << chunk;
+    EXPECT_TRUE(at::allclose(w.grad(), w_ref.grad(), 1e-5, 1e-5)) << "chunk " << chunk;
+  }
+  EXPECT_TRUE(at::allclose(softcap_logits(at::tensor({-100.0, 0.5, 3.0}), 2.0),
+                           at::tensor({-2.0, 2 * std::tanh(0.25), 2 * std::tanh(1.5)})));
+}
+
 TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
   const auto h = at::randn({4, 8});
   const auto w = at::randn({10, 8});
@@ -49,10 +75,17 @@ TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
       "labels must be int64 [4]");
 }
 
-at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+at::Tensor reference_attention(const at::Tensor& q,
+                               const at::Tensor& k,
+                               const at::Tensor& v,
+                               int64_t window,
+                               double scale = 0,
+                               double softcap = 0) {
   const int64_t groups = q.size(1) / k.size(1);
   auto kr = k.repeat_interleave(groups, 1), vr = v.repeat_interleave(groups, 1);
-  auto scores = at::matmul(q, kr.transpose(-1, -2)) / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores =
+      at::matmul(q, kr.transpose(-1, -2)) * (scale > 0 ? scale : 1 / std::sqrt(static_cast<double>(q.size(-1))));
+  if (softcap > 0) scores = softcap * at::tanh(scores / softcap);
   const int64_t t = q.size(2);
   auto i = at::arange(t).unsqueeze(1), j = at::arange(t).unsqueeze(0);
   auto visible = (j <= i).logical_and(i - j < window);
@@ -64,14 +97,48 @@ TEST(Attention, CausalGqaAndSlidingWindowMatchAManualSoftmax) {
   at::manual_seed(1);
   const auto q = at::randn({2, 4, 11, 8}), k = at::randn({2, 2, 11, 8}), v = at::randn({2, 2, 11, 8});
   EXPECT_TRUE(at::allclose(causal_attention(q, k, v), reference_attention(q, k, v, 1 << 20), 1e-5, 1e-6));
-  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 3), reference_attention(q, k, v, 3), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, {3}), reference_attention(q, k, v, 3), 1e-5, 1e-6));
   // A window at least the sequence length is plain causal attention.
-  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, 11), causal_attention(q, k, v), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(causal_attention(q, k, v, {11}), causal_attention(q, k, v), 1e-6, 1e-7));
   test::expect_error(
       [&] {
         causal_attention(q, at::randn({2, 3, 11, 8}), at::randn({2, 3, 11, 8}));
       },
       "4 query heads are not a multiple of 3 key/value heads");
+}
+
+TEST(Attention, ScaleAndSoftcapMatchAManualSoftmax) {
+  at::manual_seed(3);
+  // Scores of magnitude ~3 against a cap of 1.5.
+  const auto q = at::randn({2, 4, 9, 6}) * 2, k = at::randn({2, 2, 9, 6}), v = at::randn({2, 2, 9, 6});
+  for (std::optional<int64_t> window : {std::optional<int64_t>(), std::optional<int64_t>(4)}) {
+    const auto got = causal_attention(q, k, v, {window, 0.3, 1.5});
+    const auto want = reference_attention(q, k, v, window.value_or(1 << 20), 0.3, 1.5);
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6)) << window.value_or(0);
+    EXPECT_FALSE(at::allclose(got, reference_attention(q, k, v, window.value_or(1 << 20), 0.3), 1e-3, 1e-3))
+        << "the cap must matter";
+  }
+  EXPECT_TRUE(at::allclose(
+      causal_attention(q, k, v, {std::nullopt, 0.3}), reference_attention(q, k, v, 1 << 20, 0.3), 1e-5, 1e-6));
+  // Packed segments with the cap: no query sees another segment.
+  const auto segments = at::tensor({0, 0, 0, 0, 1, 1, 1, 1, 1}, at::kLong).unsqueeze(0).expand({2, 9});
+  const auto got = causal_attention(q, k, v, {std::nullopt, 0.3, 1.5}, segments);
+  const auto tail = reference_attention(q.narrow(2, 4, 5).contiguous(),
+                                        k.narrow(2, 4, 5).contiguous(),
+                                        v.narrow(2, 4, 5).contiguous(),
+                                        1 << 20,
+                                        0.3,
+                                        1.5);
+  EXPECT_TRUE(at::allclose(got.narrow(2, 4, 5), tail, 1e-5, 1e-6));
+}
+
+TEST(RmsNorm, GemmaScalesByOnePlusWeightInFloat32ThenCasts) {
+  const auto x = at::randn({3, 16}).to(at::kBFloat16);
+  const auto w = at::randn({16}).to(at::kBFloat16);
+  const auto xf = x.to(at::kFloat);
+  const auto expected = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6) * (1 + w.to(at::kFloat))).to(at::kBFloat16);
+  EXPECT_TRUE(at::equal(gemma_rms_norm(x, w, 1e-6), expected));
+  EXPECT_FALSE(at::equal(rms_norm(x, w, 1e-6), expected));
 }
 
 TEST(RmsNorm, NormalisesInFloat32ThenMultipliesInTheInputDtype) {

@@ -1,0 +1,94 @@
+// Gemma configs as transformers reads files it did not write itself (Hub-style Gemma 2, Gemma 3
+// 1B and the multimodal Gemma 3 4B config, scripts/reference/model_reference.py): layer kinds,
+// window, head_dim, scalars and the rope frequencies of each layer kind; and a tiny multimodal
+// Gemma 3 folder, whose decoder qtrain reads from under its language_model prefix, against
+// transformers' text-only logits and loss.
+#include "engine/model/model_config.h"
+
+#include <cmath>
+#include <fstream>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "engine/model/causal_lm.h"
+#include "engine/schedule/layer_scheduler.h"
+#include "tests/reference.h"
+
+namespace qtrain::engine::model {
+namespace {
+
+class GemmaConfig : public testing::TestWithParam<std::string> {};
+
+TEST_P(GemmaConfig, ReadsWhatTransformersReads) {
+  const auto& name = GetParam();
+  const auto dir = test::model_fixture("gemma_configs");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  std::ifstream f(dir / name / "config.json");
+  const auto c = ModelConfig::from_json(nlohmann::json::parse(f), name);
+  const auto sliding = ref.tensor(name + ".sliding");
+  ASSERT_EQ(c.num_layers, sliding.size(0));
+  const int64_t window = ref.tensor(name + ".window").item<int64_t>();
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    EXPECT_EQ(c.sliding_window[i], sliding[i].item<int64_t>() ? std::optional<int64_t>(window) : std::nullopt)
+        << "layer " << i;
+  }
+  const auto s = ref.tensor(name + ".scalars");
+  auto cap = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+  EXPECT_EQ(c.query_pre_attn_scalar, s[0].item<double>());
+  EXPECT_EQ(c.final_logit_softcap, cap(s[1].item<double>()));
+  EXPECT_EQ(c.attn_logit_softcap, cap(s[2].item<double>()));
+  EXPECT_EQ(c.vocab_size, s[3].item<int64_t>());
+  EXPECT_EQ(c.num_heads, s[4].item<int64_t>());
+  EXPECT_EQ(c.num_kv_heads, s[5].item<int64_t>());
+  EXPECT_EQ(c.head_dim, s[6].item<int64_t>());
+  EXPECT_EQ(c.tie_word_embeddings, s[7].item<double>() != 0);
+  EXPECT_TRUE(c.gemma);
+  EXPECT_EQ(c.hidden_act, Activation::gelu_tanh);
+  // The same float32 ops as transformers' rotary classes: equal bits.
+  const auto full = ops::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling);
+  const auto local =
+      c.sliding_rope ? ops::rope_inv_freq(c.head_dim, c.sliding_rope->theta, c.sliding_rope->scaling) : full;
+  EXPECT_TRUE(at::equal(full, ref.tensor(name + ".inv_freq.full")));
+  EXPECT_TRUE(at::equal(local, ref.tensor(name + ".inv_freq.sliding")));
+}
+
+INSTANTIATE_TEST_SUITE_P(HubFiles,
+                         GemmaConfig,
+                         testing::Values("gemma2_hub", "gemma3_1b", "gemma3_4b"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+TEST(GemmaConfigErrors, RejectsWhatItCannotTrain) {
+  nlohmann::json j = {{"model_type", "gemma2"}, {"hidden_activation", "gelu"}};
+  try {
+    ModelConfig::from_json(j, "g.json");
+    FAIL() << "accepted hidden_activation gelu";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("g.json: hidden_activation 'gelu' is not supported for gemma2"),
+              std::string::npos)
+        << e.what();
+  }
+  j = {{"model_type", "gemma3_text"}, {"use_bidirectional_attention", true}};
+  EXPECT_THROW(ModelConfig::from_json(j, "g.json"), c10::Error);
+  j = {{"model_type", "gemma3"}};
+  EXPECT_THROW(ModelConfig::from_json(j, "g.json"), c10::Error);
+}
+
+// float32 on both sides, the same ops: rounding only (model_parity_test.cpp's tolerances).
+TEST(GemmaMultimodal, TheLanguageModelOfAGemma3ForConditionalGenerationMatchesTransformers) {
+  const auto dir = test::model_fixture("gemma3_mm");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  EXPECT_EQ(lm.layers()[0].q.name, "model.language_model.layers.0.self_attn.q_proj");
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_eval();
+  const auto ids = ref.tensor("ids");
+  const auto logits = lm.logits(scheduler.eval_hidden(plan, ids));
+  const auto want = ref.tensor("logits");
+  EXPECT_LT(((logits - want).abs().max() / want.abs().max()).item<double>(), 2e-5);
+  const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
+  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("loss").item<double>(), 2e-6);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::model
