@@ -1,7 +1,7 @@
 // The key schema of a run config: the keys qtrain reads, the axolotl keys it recognises and
 // refuses (each with the fix its message gives), and the axolotl performance switches it accepts
-// and ignores. run_config.cpp reads a file against these lists; docs/CONFIG.md documents them
-// (a test checks that it names every one).
+// and ignores. config_entries.cpp and config_reader_datasets.cpp read a file against these lists;
+// docs/CONFIG.md documents them (a test checks that it names every one).
 #pragma once
 
 #include <string>

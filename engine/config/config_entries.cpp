@@ -1,0 +1,149 @@
+// See config_entries.h.
+#include "engine/config/config_entries.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "engine/config/config_keys.h"
+#include "engine/config/key_suggestion.h"
+#include "engine/config/yaml_scalar.h"
+
+namespace qtrain::engine::config {
+
+std::vector<Entry> map_entries(const YAML::Node& map, const Origin& origin, const std::string& prefix) {
+  std::vector<Entry> out;
+  std::map<std::string, YAML::Mark> seen;
+  // By value: yaml-cpp's iterator hands out its pairs as temporaries.
+  for (const auto& pair : map) {
+    const YAML::Node key = pair.first;
+    if (!key.IsScalar()) {
+      fail(origin.at(key.Mark()),
+           prefix.empty() ? "(key)" : prefix,
+           "a key must be a plain name, got " + shown(key) + "; write `name: value`");
+    }
+    const std::string name = key.Scalar();
+    const auto [previous, inserted] = seen.emplace(name, key.Mark());
+    if (!inserted) {
+      fail(origin.at(key.Mark()),
+           prefix + name,
+           "duplicate key (first at " + origin.at(previous->second) + "); keep one of them");
+    }
+    out.push_back(Entry{prefix + name, key, pair.second, origin});
+  }
+  return out;
+}
+
+void EntrySet::add(const std::string& key, Entry entry) {
+  const auto it = entries_.find(key);
+  if (it != entries_.end() && !entry.origin.is_set_argument()) {
+    fail(entry.key_place(),
+         entry.key,
+         "duplicate key (first as " + it->second.key + " at " + it->second.key_place() + "); keep one of them");
+  }
+  entries_.insert_or_assign(key, std::move(entry));
+}
+
+void EntrySet::add_top_level(Entry entry) {
+  const std::string key = entry.key;  // a copy: `entry` is moved below
+  const auto& keys = run_config_keys();
+  if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+    add(key, std::move(entry));
+  } else if (key == kBnbKwargs) {
+    add_bnb_kwargs(entry);
+  } else if (const RefusedKey* u = find_refused(refused_keys(), key)) {
+    if (!is_off(entry.value)) {
+      fail(entry.key_place(), key, "axolotl key '" + key + "' is not supported by qtrain; " + u->fix);
+    }
+  } else if (const IgnoredKey* k = find_ignored(key)) {
+    if (is_off(entry.value)) return;
+    if (!k->default_value) {
+      ignored_.push_back(key + " (" + k->why + ")");
+    } else if (!entry.value.IsScalar() || entry.value.Scalar() != k->default_value) {
+      ignored_.push_back(key + ": " + (entry.value.IsScalar() ? entry.value.Scalar() : shown(entry.value)) + " (" +
+                         k->why + ")");
+    }
+  } else {
+    std::vector<std::string> candidates = keys;
+    candidates.push_back(kBnbKwargs);
+    fail(entry.key_place(), key, unknown_key_message(key, candidates));
+  }
+}
+
+void EntrySet::add_bnb_kwargs(const Entry& entry) {
+  if (entry.value.IsNull()) {
+    return;
+  }
+  if (!entry.value.IsMap()) {
+    entry.fail_value("expected a map, got " + shown(entry.value) +
+                     "; write e.g. bnb_config_kwargs: {bnb_4bit_quant_type: nf4}");
+  }
+  for (Entry inner : map_entries(entry.value, entry.origin, std::string(kBnbKwargs) + ".")) {
+    const std::string name = inner.key.substr(std::string(kBnbKwargs).size() + 1);
+    if (std::find(bnb_kwargs_keys().begin(), bnb_kwargs_keys().end(), name) != bnb_kwargs_keys().end()) {
+      add(name, std::move(inner));
+    } else if (name == "llm_int8_has_fp16_weight" && is_off(inner.value)) {
+      // bitsandbytes' default, and what qtrain does: the float weights are not kept.
+    } else {
+      fail(inner.key_place(),
+           inner.key,
+           "qtrain reads only " + join(bnb_kwargs_keys(), ", ") + " from " + kBnbKwargs +
+               "; remove the key (the compute dtype follows bf16/fp16)");
+    }
+  }
+}
+
+Entry parse_override(const std::string& argument) {
+  const size_t eq = argument.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    TORCH_CHECK(false,
+                "--set ",
+                argument,
+                ": expected key=value, got '",
+                argument,
+                "'; write e.g. --set lora_r=16 or --set lora_target_modules=[q_proj,v_proj]");
+  }
+  const Origin origin = Origin::set_argument(argument);
+  Entry entry{argument.substr(0, eq), YAML::Node(), YAML::Node(), origin};
+  try {
+    entry.value = YAML::Load(argument.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    fail(origin.whole(),
+         entry.key,
+         "the value is not valid YAML (" + e.msg + "); quote it, or check the brackets of a list [a, b] or map {k: v}");
+  }
+  return entry;
+}
+
+YAML::Node load_document(const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(text);
+  } catch (const YAML::ParserException& e) {
+    TORCH_CHECK(false,
+                Origin::file(source).at(e.mark),
+                ": invalid YAML: ",
+                e.msg,
+                "; fix the syntax at that place or just before it (an unclosed bracket or quote starts earlier): "
+                "`key: value` lines, lists as [a, b] or `- item` lines, indentation with spaces");
+  }
+  TORCH_CHECK(!documents.empty() && !documents[0].IsNull(),
+              source,
+              ": the file is empty; a run config is a YAML map such as `base_model: ./model` "
+              "(see docs/CONFIG.md)");
+  TORCH_CHECK(documents.size() == 1,
+              source,
+              ": the file holds ",
+              documents.size(),
+              " YAML documents (separated by ---); a run config is one");
+  const YAML::Node& root = documents[0];
+  TORCH_CHECK(root.IsMap(),
+              Origin::file(source).at(root.Mark()),
+              ": the top level is ",
+              root.IsSequence() ? "a list" : "a single value",
+              ", not a map; a run config is `key: value` lines such as `base_model: ./model`");
+  return root;
+}
+
+}  // namespace qtrain::engine::config

@@ -1,0 +1,88 @@
+// See yaml_scalar.h.
+#include "engine/config/yaml_scalar.h"
+
+#include <c10/util/Exception.h>
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <set>
+
+namespace qtrain::engine::config {
+
+std::optional<bool> parse_bool(const std::string& s) {
+  static const std::set<std::string> yes = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON"};
+  static const std::set<std::string> no = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF"};
+  if (yes.contains(s)) {
+    return true;
+  }
+  if (no.contains(s)) {
+    return false;
+  }
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (end - begin >= 2 && *begin == '+' && begin[1] != '-') {
+    ++begin;
+  }
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v);
+  if (ec != std::errc() || ptr != end || begin == end) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<double> parse_double(const std::string& s) {
+  const char* begin = s.data();
+  const char* end = s.data() + s.size();
+  if (end - begin >= 2 && *begin == '+' && begin[1] != '-') {
+    ++begin;
+  }
+  double v = 0;
+  const auto [ptr, ec] = std::from_chars(begin, end, v, std::chars_format::general);
+  if (ec != std::errc() || ptr != end || begin == end || !std::isfinite(v)) {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::string format_double(double v) {
+  char buffer[64];
+  const auto [ptr, ec] = std::to_chars(buffer, buffer + sizeof(buffer), v);
+  TORCH_INTERNAL_ASSERT(ec == std::errc());
+  return std::string(buffer, ptr);
+}
+
+bool is_off(const YAML::Node& v) {
+  if (v.IsNull()) {
+    return true;
+  }
+  if (v.IsScalar()) {
+    return v.Scalar().empty() || parse_bool(v.Scalar()) == false;
+  }
+  return v.size() == 0;
+}
+
+std::string Range::problem(const std::string& value) const {
+  if (std::isinf(hi)) {
+    return value + " must be " + (lo_open ? "> " : ">= ") + format_double(lo);
+  }
+  return value + " is outside " + (lo_open ? "(" : "[") + format_double(lo) + ", " + format_double(hi) +
+         (hi_open ? ")" : "]");
+}
+
+Range at_least(double lo) {
+  return Range{.lo = lo};
+}
+Range above(double lo) {
+  return Range{.lo = lo, .lo_open = true};
+}
+Range unit_interval_open() {
+  return Range{.lo = 0, .hi = 1, .hi_open = true};
+}
+
+}  // namespace qtrain::engine::config
