@@ -95,7 +95,9 @@ const std::vector<std::string> kDatasetKeys = {"path",
                                                "roles_to_train",
                                                "train_on_eos",
                                                "train_on_eot",
-                                               "drop_system_message"};
+                                               "drop_system_message",
+                                               "chat_template",
+                                               "chat_template_jinja"};
 
 // Note [Recognised axolotl keys]
 // axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
@@ -155,7 +157,6 @@ const std::vector<RefusedKey> kRefusedDatasetKeys = {
     {"split_thinking", "splitting <think> blocks out of the content is not supported; give reasoning_content"},
     {"template_thinking_key", "the template reads reasoning_content; map the message key with field_thinking"},
     {"shards", "qtrain reads the whole local file; remove the key"},
-    {"chat_template", "one template serves every dataset: set the top-level chat_template (and chat_template_jinja)"},
 };
 
 // Note [Performance hints]

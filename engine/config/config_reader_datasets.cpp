@@ -5,6 +5,7 @@
 #include <cctype>
 #include <iterator>
 
+#include "engine/config/chat_template_choice.h"
 #include "engine/config/config_entries.h"
 #include "engine/config/config_keys.h"
 #include "engine/config/key_suggestion.h"
@@ -27,7 +28,9 @@ void Reader::read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
                            "roles_to_train",
                            "train_on_eos",
                            "train_on_eot",
-                           "drop_system_message"}) {
+                           "drop_system_message",
+                           "chat_template",
+                           "chat_template_jinja"}) {
     const Entry* e = value_of(name);
     if (e && d.type != "chat_template") {
       fail(e->key_place(),
@@ -107,6 +110,19 @@ void Reader::read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
                                "use turn (the end of each trained turn), all, last or none",
                                {{"false", "none"}});
   }
+  // The dataset's own template, in place of the top-level chat_template (read_config skips it).
+  const Entry* jinja = value_of("chat_template_jinja");
+  const Entry* choice = value_of("chat_template");
+  if (!jinja && !choice) return;
+  if (jinja) d.chat_template_jinja = text_of(*jinja, "chat_template_jinja: ./chatml.jinja");
+  d.chat_template = choice ? choice_of(*choice, chat_template_choices(), chat_template_choice_help(), {}) : "jinja";
+  apply_chat_template(
+      d.chat_template,
+      d.chat_template_jinja,
+      [this](const fs::path& p) { return resolve(p); },
+      choice ? choice->value_place() : jinja->value_place(),
+      jinja ? jinja->value_place() : choice->value_place(),
+      d);
 }
 
 // Note [Dataset files]

@@ -19,12 +19,12 @@
 #include <utility>
 
 #include "engine/config/byte_size.h"
+#include "engine/config/chat_template_choice.h"
 #include "engine/config/config_entries.h"
 #include "engine/config/config_problems.h"
 #include "engine/config/config_reader.h"
 #include "engine/config/yaml_place.h"
 #include "engine/config/yaml_scalar.h"
-#include "engine/text/named_chat_template.h"
 
 namespace qtrain::engine::config {
 
@@ -96,52 +96,26 @@ RunConfig read_config(Reader& r) {
   c.sample_packing = r.boolean("sample_packing", c.sample_packing);
   c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
   c.chat_template_jinja = r.text("chat_template_jinja", "chat_template_jinja: ./chatml.jinja");
-  std::vector<std::string> template_choices = {"tokenizer_default", "jinja"};
-  const std::vector<std::string> template_names = text::named_chat_template_names();
-  template_choices.insert(template_choices.end(), template_names.begin(), template_names.end());
-  for (const std::string& n : template_names) {
-    template_choices.push_back(std::string(text::kTokenizerDefaultFallbackPrefix) + n);
-  }
-  c.chat_template =
-      r.choice("chat_template",
-               c.chat_template_jinja.empty() ? c.chat_template : "jinja",
-               template_choices,
-               "use tokenizer_default (the template in tokenizer_config.json), one of axolotl's template "
-               "names (chatml, llama3, ...), tokenizer_default_fallback_<name> (the tokenizer's template, "
-               "else that one) or jinja with chat_template_jinja (your own template: the Jinja text or a "
-               ".jinja file)",
-               {});
+  c.chat_template = r.choice("chat_template",
+                             c.chat_template_jinja.empty() ? c.chat_template : "jinja",
+                             chat_template_choices(),
+                             chat_template_choice_help(),
+                             {});
   c.eot_tokens = r.strings("eot_tokens", "eot_tokens: [\"<|im_end|>\"]");
   r.guard({"chat_template"}, [&] {
-    TORCH_CHECK(c.chat_template != "jinja" || !c.chat_template_jinja.empty(),
-                r.place_of("chat_template"),
-                ": chat_template: jinja needs chat_template_jinja (the Jinja text, or the path of a .jinja file)");
-    if (c.chat_template.starts_with(text::kTokenizerDefaultFallbackPrefix)) {
-      const std::string fallback =
-          text::named_chat_template(c.chat_template.substr(text::kTokenizerDefaultFallbackPrefix.size()));
-      for (DatasetConfig& d : c.datasets) d.chat_template_fallback = fallback;
-      return;
+    DatasetConfig top;  // what the top-level keys mean, checked even when no dataset uses them
+    apply_chat_template(
+        c.chat_template,
+        c.chat_template_jinja,
+        [&](const fs::path& p) { return r.resolve(p); },
+        r.place_of("chat_template"),
+        r.place_of("chat_template_jinja"),
+        top);
+    for (DatasetConfig& d : c.datasets) {
+      if (!d.chat_template.empty()) continue;  // the dataset's own; see Reader::read_chat_keys
+      d.chat_template_source = top.chat_template_source;
+      d.chat_template_fallback = top.chat_template_fallback;
     }
-    if (const auto named = text::find_named_chat_template(c.chat_template)) {
-      for (DatasetConfig& d : c.datasets) d.chat_template_source = *named;
-      return;
-    }
-    if (c.chat_template != "jinja") return;
-    // Inline Jinja has a tag; anything else is the path of a file, resolved like other paths.
-    const bool inline_text =
-        c.chat_template_jinja.find("{{") != std::string::npos || c.chat_template_jinja.find("{%") != std::string::npos;
-    std::string source = c.chat_template_jinja;
-    if (!inline_text) {
-      const fs::path file = r.resolve(c.chat_template_jinja);
-      std::ifstream in(file, std::ios::binary);
-      TORCH_CHECK(in.good(),
-                  r.place_of("chat_template_jinja"),
-                  ": chat_template_jinja: cannot read '",
-                  file.string(),
-                  "'; give the path of a .jinja file or the template text itself");
-      source.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    }
-    for (DatasetConfig& d : c.datasets) d.chat_template_source = source;
   });
   for (DatasetConfig& d : c.datasets) d.eot_tokens = c.eot_tokens;
   r.guard({"special_tokens"}, [&] {

@@ -55,10 +55,14 @@ struct DatasetConfig {
   std::string train_on_eos = "turn";
   // train_on_eot: the same choices for the eot_tokens; "" (key absent): as train_on_eos.
   std::string train_on_eot;
-  // From the top-level keys, which apply to every dataset. chat_template_source: the Jinja text
-  // of `chat_template: jinja` (read from chat_template_jinja) or of a named template; "" for the
-  // tokenizer's. chat_template_fallback: the named template of tokenizer_default_fallback_<name>,
-  // used when the tokenizer has none.
+  // The dataset's own chat_template and chat_template_jinja (engine/config/chat_template_choice.h),
+  // as written; "" (keys absent): the top-level ones apply.
+  std::string chat_template;
+  std::string chat_template_jinja;
+  // What the dataset's (or else the top-level) chat_template means. chat_template_source: the
+  // Jinja text of `chat_template: jinja` (read from chat_template_jinja) or of a named template;
+  // "" for the tokenizer's. chat_template_fallback: the named template of
+  // tokenizer_default_fallback_<name>, used when the tokenizer has none.
   std::string chat_template_source;
   std::string chat_template_fallback;
   // Top-level eot_tokens; empty: [the tokenizer's eos_token].

@@ -103,6 +103,8 @@ std::string to_yaml(const RunConfig& c) {
         }
         out << "    field_tools: " << quoted(d.field_tools) << "\n";
         out << "    drop_system_message: " << boolean_text(d.drop_system_message) << "\n";
+        if (!d.chat_template.empty()) out << "    chat_template: " << d.chat_template << "\n";
+        if (!d.chat_template_jinja.empty()) out << "    chat_template_jinja: " << quoted(d.chat_template_jinja) << "\n";
       }
     }
   }

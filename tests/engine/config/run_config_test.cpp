@@ -649,10 +649,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    train_on_eos: every\n",
        {},
        "run.yaml:6:19: datasets[0].train_on_eos: 'every' is not one of turn, all, last, none"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    chat_template: chatml\n",
+      {kHead + "datasets:\n  - path: a.jsonl\n    type: chat_template\n    chat_template: chatml2\n",
        {},
-       "run.yaml:6:5: datasets[0].chat_template: axolotl key 'chat_template' is not supported by qtrain; one "
-       "template serves every dataset: set the top-level chat_template"},
+       "run.yaml:6:20: datasets[0].chat_template: 'chatml2' is not one of tokenizer_default, jinja, chatml"},
       {kHead + "chat_template: chatml3\n",
        {},
        "run.yaml:3:16: chat_template: 'chatml3' is not one of tokenizer_default, jinja, chatml, gemma, gemma3, "
@@ -873,6 +872,36 @@ TEST(RunConfigTest, ChatTemplateNamesGiveTheNamedTemplate) {
   EXPECT_EQ(parse(to_yaml(fallback)), fallback);
 
   EXPECT_EQ(parse(head).datasets.at(0).chat_template_fallback, "");
+}
+
+// As in axolotl, a dataset entry may name its own template; the top-level one serves the others.
+TEST(RunConfigTest, ADatasetsOwnChatTemplateReplacesTheTopLevelOne) {
+  const auto c = parse(
+      "base_model: m\nlora_target_linear: true\nchat_template: llama3\ndatasets:\n"
+      "  - path: a.jsonl\n    type: chat_template\n    chat_template: chatml\n"
+      "  - path: b.jsonl\n    type: chat_template\n"
+      "  - path: c.jsonl\n    type: chat_template\n    chat_template_jinja: \"{{ messages[0].content }}\"\n"
+      "  - path: d.jsonl\n    type: chat_template\n    chat_template: tokenizer_default_fallback_gemma\n");
+  ASSERT_EQ(c.datasets.size(), 4u);
+  EXPECT_EQ(c.datasets[0].chat_template, "chatml");
+  EXPECT_EQ(c.datasets[0].chat_template_source, text::named_chat_template("chatml"));
+  EXPECT_EQ(c.datasets[1].chat_template, "");
+  EXPECT_EQ(c.datasets[1].chat_template_source, text::named_chat_template("llama3"));
+  EXPECT_EQ(c.datasets[2].chat_template, "jinja");  // implied by chat_template_jinja
+  EXPECT_EQ(c.datasets[2].chat_template_source, "{{ messages[0].content }}");
+  EXPECT_EQ(c.datasets[3].chat_template_source, "");
+  EXPECT_EQ(c.datasets[3].chat_template_fallback, text::named_chat_template("gemma"));
+  EXPECT_EQ(parse(to_yaml(c)), c);
+
+  const std::string head = "base_model: m\nlora_target_linear: true\ndatasets:\n  - path: a.jsonl\n";
+  expect_error([&] { parse(head + "    type: chat_template\n    chat_template: chatml2\n"); },
+               "run.yaml:6:20: datasets[0].chat_template: 'chatml2' is not one of");
+  expect_error([&] { parse(head + "    type: chat_template\n    chat_template: jinja\n"); },
+               "run.yaml:6:20: chat_template: jinja needs chat_template_jinja");
+  expect_error([&] { parse(head + "    type: chat_template\n    chat_template_jinja: no/such.jinja\n"); },
+               "run.yaml:6:26: chat_template_jinja: cannot read");
+  expect_error([&] { parse(head + "    type: completion\n    chat_template: chatml\n"); },
+               "datasets[0].chat_template: chat_template applies only to type: chat_template");
 }
 
 TEST(RunConfigTest, ChatTemplateDatasetsReadAxolotlsKeys) {
