@@ -79,25 +79,27 @@ const std::vector<std::string> kKeys = {
 const std::vector<std::string> kBnbKwargsKeys = {
     "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "llm_int8_threshold"};
 
-const std::vector<std::string> kDatasetKeys = {"path",
-                                               "type",
-                                               "ds_type",
-                                               "field",
-                                               "field_messages",
-                                               "message_property_mappings",
-                                               "message_field_role",
-                                               "message_field_content",
-                                               "message_field_training",
-                                               "message_field_training_detail",
-                                               "field_thinking",
-                                               "field_tools",
-                                               "roles",
-                                               "roles_to_train",
-                                               "train_on_eos",
-                                               "train_on_eot",
-                                               "drop_system_message",
-                                               "chat_template",
-                                               "chat_template_jinja"};
+const std::vector<std::string> kChatDatasetKeys = {"field_messages",
+                                                   "message_property_mappings",
+                                                   "message_field_role",
+                                                   "message_field_content",
+                                                   "message_field_training",
+                                                   "message_field_training_detail",
+                                                   "field_thinking",
+                                                   "field_tools",
+                                                   "roles",
+                                                   "roles_to_train",
+                                                   "train_on_eos",
+                                                   "train_on_eot",
+                                                   "drop_system_message",
+                                                   "chat_template",
+                                                   "chat_template_jinja"};
+
+const std::vector<std::string> kDatasetKeys = [] {
+  std::vector<std::string> keys = {"path", "type", "ds_type", "field"};
+  keys.insert(keys.end(), kChatDatasetKeys.begin(), kChatDatasetKeys.end());
+  return keys;
+}();
 
 // Note [Recognised axolotl keys]
 // axolotl's example configs list many keys blank (`deepspeed:`, `wandb_project:`) or false, so
@@ -212,6 +214,10 @@ const std::vector<std::string>& bnb_kwargs_keys() {
 
 const std::vector<std::string>& dataset_keys() {
   return kDatasetKeys;
+}
+
+const std::vector<std::string>& chat_dataset_keys() {
+  return kChatDatasetKeys;
 }
 
 const std::vector<RefusedKey>& refused_keys() {

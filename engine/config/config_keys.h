@@ -15,8 +15,10 @@ const std::vector<std::string>& run_config_keys();
 // were written at the top level.
 inline constexpr const char* kBnbKwargs = "bnb_config_kwargs";
 const std::vector<std::string>& bnb_kwargs_keys();
-// The keys of one `datasets` entry.
+// The keys of one `datasets` entry; chat_dataset_keys() are those that apply only to
+// type: chat_template.
 const std::vector<std::string>& dataset_keys();
+const std::vector<std::string>& chat_dataset_keys();
 
 // An axolotl key qtrain does not implement: accepted only with a value that asks for nothing.
 struct RefusedKey {

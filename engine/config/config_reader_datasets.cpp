@@ -16,26 +16,12 @@ namespace fs = std::filesystem;
 
 template <class ValueOf>
 void Reader::read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
-  for (const char* name : {"field_messages",
-                           "message_property_mappings",
-                           "message_field_role",
-                           "message_field_content",
-                           "message_field_training",
-                           "message_field_training_detail",
-                           "field_thinking",
-                           "field_tools",
-                           "roles",
-                           "roles_to_train",
-                           "train_on_eos",
-                           "train_on_eot",
-                           "drop_system_message",
-                           "chat_template",
-                           "chat_template_jinja"}) {
+  for (const std::string& name : chat_dataset_keys()) {
     const Entry* e = value_of(name);
     if (e && d.type != "chat_template") {
       fail(e->key_place(),
            e->key,
-           std::string(name) + " applies only to type: chat_template (this dataset's type is " +
+           name + " applies only to type: chat_template (this dataset's type is " +
                (d.type.empty() ? std::string("not set") : d.type) + "); remove it or set type: chat_template");
     }
   }

@@ -25,6 +25,17 @@ std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key
 
 }  // namespace
 
+nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where) {
+  nlohmann::ordered_json row;
+  try {
+    row = nlohmann::ordered_json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    TORCH_CHECK(false, where, ": not valid JSON (", e.what(), "); each line must be one JSON object");
+  }
+  TORCH_CHECK(row.is_object(), where, ": each line must be one JSON object, found a JSON ", row.type_name());
+  return row;
+}
+
 int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit) {
@@ -55,14 +66,7 @@ int64_t for_each_jsonl_row(
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto where = path.string() + ":" + std::to_string(lineno);
-    nlohmann::ordered_json row;
-    try {
-      row = nlohmann::ordered_json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
-      TORCH_CHECK(false, where, ": not valid JSON (", e.what(), "); each line must be one JSON object");
-    }
-    TORCH_CHECK(row.is_object(), where, ": each line must be one JSON object, found a JSON ", row.type_name());
-    visit(row, where);
+    visit(parse_jsonl_row(line, where), where);
     ++rows;
   }
   return rows;

@@ -30,6 +30,10 @@ int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit);
 
+// One line of a JSONL file as a JSON object; invalid JSON or another JSON type is an error that
+// names `where` ("file:line").
+nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where);
+
 // Every error names the file, the line and the fix. Empty lines are skipped.
 std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len);
 

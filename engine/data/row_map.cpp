@@ -55,17 +55,6 @@ int64_t count_rows(const std::filesystem::path& path) {
   return rows + (content ? 1 : 0);
 }
 
-nlohmann::ordered_json parse_row(const std::string& line, const std::string& where) {
-  nlohmann::ordered_json row;
-  try {
-    row = nlohmann::ordered_json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
-    TORCH_CHECK(false, where, ": not valid JSON (", e.what(), "); each line must be one JSON object");
-  }
-  TORCH_CHECK(row.is_object(), where, ": each line must be one JSON object, found a JSON ", row.type_name());
-  return row;
-}
-
 struct Line {
   std::string text;
   int64_t number = 0;
@@ -138,7 +127,7 @@ std::vector<Sample> map_jsonl_rows(const std::filesystem::path& path,
         if (i < first_error.load()) {
           try {
             const auto where = path.string() + ":" + std::to_string(lines[i].number);
-            to_samples(parse_row(lines[i].text, where), where, results[i]);
+            to_samples(parse_jsonl_row(lines[i].text, where), where, results[i]);
           } catch (...) {
             errors[i] = std::current_exception();
             size_t seen = first_error.load();

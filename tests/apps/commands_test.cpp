@@ -304,8 +304,9 @@ TEST_F(Commands, InitModelWritesGemmaFoldersWithTransformersLoss) {
     const auto folder = engine::io::HfFolder::open(out);
     EXPECT_EQ(folder.config().at("model_type"), std::string(arch) == "gemma2" ? "gemma2" : "gemma3_text");
     EXPECT_TRUE(folder.contains("model.layers.1.pre_feedforward_layernorm.weight"));
-    std::ofstream(dir_ / "fp32.yaml") << "base_model: " << out.string()
-                                      << "\nlora_target_linear: true\nsequence_len: 64\ndevice: cpu\ndatasets:\n  - path: data.jsonl\n";
+    std::ofstream(dir_ / "fp32.yaml")
+        << "base_model: " << out.string()
+        << "\nlora_target_linear: true\nsequence_len: 64\ndevice: cpu\ndatasets:\n  - path: data.jsonl\n";
     const auto r = run(qtrain() + " eval " + (dir_ / "fp32.yaml").string());
     ASSERT_EQ(r.status, 0) << r.out;
     const double loss = nlohmann::json::parse(last_line(r.out)).at("loss").get<double>();
