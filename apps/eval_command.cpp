@@ -10,7 +10,7 @@
 #include "apps/command_config.h"
 #include "engine/data/pretokenized.h"
 #include "engine/io/peft_adapter.h"
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/training_data.h"
@@ -45,7 +45,7 @@ void run(const Options& o) {
   auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);
   const std::filesystem::path adapter = o.adapter.empty() ? c.lora_model_dir : std::filesystem::path(o.adapter);
   if (!adapter.empty()) {
-    lora::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
+    model::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
     std::fprintf(stderr, "eval: adapter %s\n", adapter.c_str());
   }
   const auto samples = eval_samples(c, o.data, lm.config().vocab_size);

@@ -9,7 +9,7 @@
 #include "apps/command_config.h"
 #include "engine/config/run_config.h"
 #include "engine/io/peft_adapter.h"
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
 
 namespace qtrain::apps {
@@ -30,7 +30,7 @@ void run(const Options& o) {
   const auto folder = io::HfFolder::open(c.base_model);
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32.
   auto lm = model::CausalLM::load(folder, model::LoadOptions{});
-  lora::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
+  model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
   std::map<std::string, at::Tensor> merged;
   for (const auto& layer : lm.layers()) {
     for (const auto* l : layer.linears()) {
@@ -56,7 +56,7 @@ void run(const Options& o) {
   io::save_hf_folder(o.out, json, tensors);
   std::fprintf(stderr,
                "merge: %zu adapted layers folded into %s (%s)\n",
-               lora::lora_adapters(lm).size(),
+               model::lora_adapters(lm).size(),
                o.out.c_str(),
                json["dtype"].get<std::string>().c_str());
   std::printf("%s\n", o.out.c_str());

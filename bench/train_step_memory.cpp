@@ -15,7 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 
 namespace {
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   lc.r = rank;
   lc.alpha = 2.0 * rank;
   lc.target_all_linear = true;
-  lora::attach_new_lora(lm, lc, 0);
+  model::attach_new_lora(lm, lc, 0);
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_training(schedule::checkpoint_policy_from_name(policy));
   at::manual_seed(0);

@@ -8,7 +8,7 @@
 
 #include <ATen/ATen.h>
 
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "tests/reference.h"
 
@@ -27,10 +27,10 @@ inline engine::model::CausalLM load_llama_with_lora(engine::model::QuantSpec::Ki
   c.alpha = 8;
   c.dropout = 0.1;
   c.target_all_linear = true;
-  engine::lora::attach_new_lora(lm, c, 11);
+  engine::model::attach_new_lora(lm, c, 11);
   at::manual_seed(5);
   at::NoGradGuard no_grad;
-  for (auto& [name, a] : engine::lora::lora_adapters(lm)) a.b.normal_(0, 0.05);
+  for (auto& [name, a] : engine::model::lora_adapters(lm)) a.b.normal_(0, 0.05);
   return lm;
 }
 

@@ -12,7 +12,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/io/peft_adapter.h"
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/schedule/rng_state.h"
 #include "engine/train/clip_grad.h"
@@ -93,14 +93,14 @@ TrainResult train(const config::RunConfig& c) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
     lora = loaded.config;
     lora.dropout = c.lora_dropout;  // the run decides its regularisation; the adapter its shape
-    lora::attach_lora(lm, loaded, c.lora_model_dir.string());
+    model::attach_lora(lm, loaded, c.lora_model_dir.string());
     for (auto& layer : lm.layers()) {
       for (auto* l : layer.linears()) {
         if (l->lora) l->lora->dropout = c.lora_dropout;
       }
     }
   } else {
-    lora::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
+    model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
   }
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
@@ -192,7 +192,7 @@ TrainResult train(const config::RunConfig& c) {
     state.rng_cpu = schedule::rng_state(at::kCPU);
     if (options.device.is_cuda()) state.rng_cuda = schedule::rng_state(options.device);
     const auto dir = save_checkpoint(
-        c.output_dir, state, optimizer, lora, lora::lora_adapters(lm), c.base_model.string(), config_yaml);
+        c.output_dir, state, optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
     prune_checkpoints(c.output_dir, c.save_total_limit);
     std::printf("checkpoint: %s\n", dir.c_str());
   };
@@ -329,7 +329,7 @@ TrainResult train(const config::RunConfig& c) {
   metrics.flush();
   if (!result.interrupted) {
     io::save_peft_adapter(
-        c.output_dir, lora, lora::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
+        c.output_dir, lora, model::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
     std::printf("adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
   }
   result.steps = state.global_step;

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/peft_adapter.h"
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "tests/reference.h"
@@ -95,7 +95,7 @@ TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
   const auto dir = test::model_fixture(arch);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
   auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {spec(quant, true), at::kFloat, at::kCPU, {}});
-  lora::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
+  model::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
   schedule::LayerScheduler scheduler(lm);
   const auto ids = ref.tensor("ids");
   const auto p = quant + ".lora.";
@@ -109,7 +109,7 @@ TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
   EXPECT_NEAR(loss.item<double>(), ref.tensor(p + "loss").item<double>(), 2e-6) << arch << " " << quant;
   loss.backward();
   int64_t compared = 0;
-  for (const auto& [module, adapter] : lora::lora_adapters(lm)) {
+  for (const auto& [module, adapter] : model::lora_adapters(lm)) {
     for (auto [name, tensor] : {std::pair{".lora_A", adapter.a}, std::pair{".lora_B", adapter.b}}) {
       const auto expected = ref.tensor(p + "grad." + module + name);
       ASSERT_TRUE(tensor.grad().defined()) << module << name;
@@ -131,15 +131,15 @@ TEST(AdapterInterop, AnAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
   config.alpha = 16;
   config.use_rslora = true;
   config.target_modules = {"q_proj", "v_proj", "down_proj"};
-  EXPECT_EQ(lora::attach_new_lora(lm, config, 3), 3 * 3);
+  EXPECT_EQ(model::attach_new_lora(lm, config, 3), 3 * 3);
   {
     at::NoGradGuard no_grad;
     at::manual_seed(4);
-    for (auto& [name, a] : lora::lora_adapters(lm)) a.b.normal_(0, 0.1);
+    for (auto& [name, a] : model::lora_adapters(lm)) a.b.normal_(0, 0.1);
   }
   const auto tmp = std::filesystem::temp_directory_path() / ("qtrain_adapter_" + std::to_string(::getpid()));
   std::filesystem::create_directories(tmp);
-  io::save_peft_adapter(tmp / "adapter", config, lora::lora_adapters(lm), (dir / "base").string());
+  io::save_peft_adapter(tmp / "adapter", config, model::lora_adapters(lm), (dir / "base").string());
   io::safetensors_save(tmp / "ids.safetensors", {{"ids", ref.tensor("ids")}});
   const auto cmd = std::string(python) + " " +
                    (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() + " " +

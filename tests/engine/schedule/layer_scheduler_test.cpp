@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "tests/expect_error.h"
 #include "tests/reference.h"
@@ -25,11 +25,11 @@ model::CausalLM load(QuantSpec::Kind kind, at::ScalarType dtype, double dropout)
   c.alpha = 8;
   c.dropout = dropout;
   c.target_all_linear = true;
-  lora::attach_new_lora(lm, c, 11);
+  model::attach_new_lora(lm, c, 11);
   // B starts at zero; make it non-zero so that every gradient is non-trivial.
   at::manual_seed(5);
   at::NoGradGuard no_grad;
-  for (auto& [name, a] : lora::lora_adapters(lm)) a.b.normal_(0, 0.05);
+  for (auto& [name, a] : model::lora_adapters(lm)) a.b.normal_(0, 0.05);
   return lm;
 }
 

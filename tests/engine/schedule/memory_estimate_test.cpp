@@ -12,7 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/io/hf_folder.h"
-#include "engine/lora/attach.h"
+#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/init_model.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -114,7 +114,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       lora::LoraConfig lora;
       lora.r = 5;
       lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
-      lora::attach_new_lora(lm, lora, 1);
+      model::attach_new_lora(lm, lora, 1);
       MemoryShape shape;
       shape.quant = v.quant;
       shape.lora = lora;
@@ -180,7 +180,7 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
       lora.r = 8;
       lora.dropout = dropout;
       lora.target_all_linear = true;
-      lora::attach_new_lora(lm, lora, 2);
+      model::attach_new_lora(lm, lora, 2);
       for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
         SCOPED_TRACE(std::string(c10::toString(dtype)) + ", dropout " + std::to_string(dropout) + ", " +
                      (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed"));

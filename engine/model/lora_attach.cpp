@@ -1,19 +1,19 @@
-// See attach.h.
-#include "engine/lora/attach.h"
+// See lora_attach.h.
+#include "engine/model/lora_attach.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-namespace qtrain::engine::lora {
+namespace qtrain::engine::model {
 
-int64_t attach_new_lora(model::CausalLM& model, const LoraConfig& config, uint64_t seed) {
+int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed) {
   config.validate("LoRA config");
   auto gen = at::detail::createCPUGenerator(seed);
   int64_t adapted = 0;
   for (auto& layer : model.layers()) {
     for (auto* linear : layer.linears()) {
       if (!config.targets(linear->name)) continue;
-      linear->lora = lora_init(linear->in_features, linear->out_features, config, gen, model.device());
+      linear->lora = lora::lora_init(linear->in_features, linear->out_features, config, gen, model.device());
       ++adapted;
     }
   }
@@ -28,8 +28,8 @@ int64_t attach_new_lora(model::CausalLM& model, const LoraConfig& config, uint64
   return adapted;
 }
 
-void attach_lora(model::CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source) {
-  std::map<std::string, model::LinearLayer*> by_name;
+void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source) {
+  std::map<std::string, LinearLayer*> by_name;
   for (auto& layer : model.layers()) {
     for (auto* linear : layer.linears()) by_name[linear->name] = linear;
   }
@@ -54,15 +54,15 @@ void attach_lora(model::CausalLM& model, const io::LoadedAdapter& adapter, const
                 " x ",
                 linear->in_features,
                 "]");
-    LoraAdapter copy = a;
+    lora::LoraAdapter copy = a;
     copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
     copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);
     linear->lora = std::move(copy);
   }
 }
 
-std::map<std::string, LoraAdapter> lora_adapters(const model::CausalLM& model) {
-  std::map<std::string, LoraAdapter> out;
+std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model) {
+  std::map<std::string, lora::LoraAdapter> out;
   for (const auto& layer : model.layers()) {
     for (const auto* linear : layer.linears()) {
       if (linear->lora) out.emplace(linear->name, *linear->lora);
@@ -71,4 +71,4 @@ std::map<std::string, LoraAdapter> lora_adapters(const model::CausalLM& model) {
   return out;
 }
 
-}  // namespace qtrain::engine::lora
+}  // namespace qtrain::engine::model
