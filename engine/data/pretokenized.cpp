@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/text/json_depth.h"
+
 namespace qtrain::engine::data {
 namespace {
 
@@ -26,6 +28,8 @@ std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key
 }  // namespace
 
 nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where) {
+  const auto problem = text::json_depth_problem(line);
+  TORCH_CHECK(problem.empty(), where, ": ", problem);
   nlohmann::ordered_json row;
   try {
     row = nlohmann::ordered_json::parse(line);
@@ -46,9 +50,12 @@ int64_t for_each_jsonl_row(
   auto ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ext == ".json" && (in >> std::ws).peek() == '[') {
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    const auto problem = text::json_depth_problem(text);
+    TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
     nlohmann::ordered_json array;
     try {
-      array = nlohmann::ordered_json::parse(in);
+      array = nlohmann::ordered_json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, path.string(), ": not a valid JSON array of rows (", e.what(), ")");
     }

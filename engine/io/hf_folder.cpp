@@ -3,6 +3,7 @@
 // transformers' save_pretrained.
 #include "engine/io/hf_folder.h"
 #include "engine/io/durable_file.h"
+#include "engine/text/json_depth.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -38,6 +39,8 @@ std::string read_text(const std::filesystem::path& path) {
 nlohmann::json parse_json_file(const std::filesystem::path& path,
                                const nlohmann::json::parser_callback_t& callback = nullptr) {
   const std::string text = read_text(path);
+  const auto problem = text::json_depth_problem(text);
+  TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
   try {
     return nlohmann::json::parse(text, callback);
   } catch (const nlohmann::json::parse_error& e) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "engine/io/safetensors.h"
+#include "engine/text/json_depth.h"
 
 namespace qtrain::engine::io {
 
@@ -453,8 +454,11 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
   {
     std::ifstream in(config_path);
     TORCH_CHECK(in, "cannot open ", config_where, ": ", std::strerror(errno));
+    const std::string text(std::istreambuf_iterator<char>(in), {});
+    const auto problem = text::json_depth_problem(text);
+    TORCH_CHECK(problem.empty(), config_where, ": ", problem);
     try {
-      j = json::parse(in);
+      j = json::parse(text);
     } catch (const json::parse_error& e) {
       TORCH_CHECK(false, config_where, ": not valid JSON (", e.what(), ")");
     }

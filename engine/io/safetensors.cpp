@@ -20,6 +20,8 @@
 #include <string_view>
 #include <tuple>
 
+#include "engine/text/json_depth.h"
+
 namespace qtrain::engine::io {
 
 // Safetensors data and the header length are little-endian; both are used in place.
@@ -154,6 +156,8 @@ nlohmann::json parse_header(std::string_view header, const std::string& where) {
     }
     return true;
   };
+  const auto problem = text::json_depth_problem(header);
+  TORCH_CHECK(problem.empty(), where, ": header ", problem, "; the file is corrupt");
   try {
     return nlohmann::json::parse(header.begin(), header.end(), check_keys);
   } catch (const nlohmann::json::parse_error& e) {

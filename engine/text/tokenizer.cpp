@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "engine/text/decoder.h"
+#include "engine/text/json_depth.h"
 #include "engine/text/json_fields.h"
 #include "engine/text/normalizer.h"
 #include "engine/text/post_processor.h"
@@ -42,6 +43,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  if (auto problem = json_depth_problem(text); !problem.empty()) throw TokenizerError(file + ": " + problem);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

@@ -10,6 +10,7 @@
 
 #include "engine/io/durable_file.h"
 #include "engine/io/safetensors.h"
+#include "engine/text/json_depth.h"
 
 namespace qtrain::engine::train {
 namespace fs = std::filesystem;
@@ -67,9 +68,13 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
               kStateFile,
               "); point resume_from_checkpoint at an output_dir/checkpoint-N folder, or use true for the newest");
   CheckpointContents c;
+  std::ifstream in(dir / kStateFile);
+  const std::string text(std::istreambuf_iterator<char>(in), {});
+  const auto problem = text::json_depth_problem(text);
+  TORCH_CHECK(problem.empty(), (dir / kStateFile).string(), ": ", problem);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(std::ifstream(dir / kStateFile));
+    j = nlohmann::json::parse(text);
     c.state.global_step = j.at("global_step").get<int64_t>();
     c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
     c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};
