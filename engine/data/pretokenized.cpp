@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -43,6 +44,8 @@ nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::strin
 int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit) {
+  const auto file_problem = text::regular_file_problem(path);
+  TORCH_CHECK(file_problem.empty(), "dataset ", path.string(), " ", file_problem);
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   int64_t rows = 0;
@@ -50,12 +53,12 @@ int64_t for_each_jsonl_row(
   auto ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ext == ".json" && (in >> std::ws).peek() == '[') {
-    const std::string text(std::istreambuf_iterator<char>(in), {});
-    const auto problem = text::json_depth_problem(text);
-    TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
+    const std::string contents(std::istreambuf_iterator<char>(in), {});
+    const auto depth_problem = text::json_depth_problem(contents);
+    TORCH_CHECK(depth_problem.empty(), path.string(), ": ", depth_problem);
     nlohmann::ordered_json array;
     try {
-      array = nlohmann::ordered_json::parse(text);
+      array = nlohmann::ordered_json::parse(contents);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, path.string(), ": not a valid JSON array of rows (", e.what(), ")");
     }

@@ -4,6 +4,7 @@
 #include "engine/io/hf_folder.h"
 #include "engine/io/durable_file.h"
 #include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -28,6 +29,8 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 std::string read_text(const std::filesystem::path& path) {
+  const auto problem = text::regular_file_problem(path, text::kMaxConfigBytes);
+  TORCH_CHECK(problem.empty(), path.string(), " ", problem);
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK(in, "cannot open ", path.string(), ": ", std::strerror(errno));
   std::ostringstream text;

@@ -363,7 +363,8 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string where = path.string();
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   TORCH_CHECK(fd.fd >= 0, "cannot open safetensors file ", where, ": ", std::strerror(errno));
   struct stat st {};
   TORCH_CHECK(::fstat(fd.fd, &st) == 0, "cannot stat ", where, ": ", std::strerror(errno));

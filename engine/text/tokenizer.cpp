@@ -11,6 +11,7 @@
 #include "engine/text/normalizer.h"
 #include "engine/text/post_processor.h"
 #include "engine/text/pre_tokenizer.h"
+#include "engine/text/regular_file.h"
 #include "engine/text/utf8.h"
 
 namespace qtrain::engine::text {
@@ -35,6 +36,9 @@ Tokenizer::~Tokenizer() = default;
 namespace {
 
 std::string read_file(const std::filesystem::path& path) {
+  if (auto problem = regular_file_problem(path, kMaxTokenizerBytes); !problem.empty()) {
+    throw TokenizerError(path.string() + " " + problem);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path.string() + ": cannot read it; check the path and permissions");
   std::stringstream s;
