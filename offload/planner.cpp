@@ -81,7 +81,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
                   p.num_slots == 0 ? "none" : std::to_string(p.num_slots) + " x " + format_bytes(p.slot_bytes),
                   p.num_slots * p.slot_bytes});
   rows.push_back({"embeddings, output head, norms, biases", "always resident", in.fixed_bytes});
-  rows.push_back({"LoRA weights, gradients, AdamW moments", "float32", in.lora_bytes});
+  rows.push_back({"LoRA weights, gradients, AdamW moments", in.lora_what, in.lora_bytes});
   rows.push_back({"activations kept for backward",
                   std::to_string(p.num_checkpointed) + " checkpointed layers (" + format_bytes(checkpointed_saved) +
                       "), " + std::to_string(num_full) + " full (" + format_bytes(full_saved) +

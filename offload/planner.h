@@ -41,12 +41,13 @@ struct LayerCost {
 };
 
 struct PlanInputs {
-  std::vector<LayerCost> layers;     // in layer order
-  int64_t fixed_bytes = 0;           // always resident: embeddings, output head, norms, biases
-  int64_t lora_bytes = 0;            // LoRA weights, their gradients and AdamW's two moments
-  int64_t saved_outside_layers = 0;  // kept for backward outside the layers: final norm, loss input, rope tables
-  int64_t loss_workspace = 0;        // the chunked cross-entropy's transient (one chunk of logits)
-  int64_t library_workspace = 0;     // cuBLAS/cuBLASLt workspaces
+  std::vector<LayerCost> layers;      // in layer order
+  int64_t fixed_bytes = 0;            // always resident: embeddings, output head, norms, biases
+  int64_t lora_bytes = 0;             // LoRA weights, their gradients and AdamW's two moments
+  std::string lora_what = "float32";  // how they are held, for the plan's table
+  int64_t saved_outside_layers = 0;   // kept for backward outside the layers: final norm, loss input, rope tables
+  int64_t loss_workspace = 0;         // the chunked cross-entropy's transient (one chunk of logits)
+  int64_t library_workspace = 0;      // cuBLAS/cuBLASLt workspaces
   int64_t micro_batches_per_step = 1;
 };
 

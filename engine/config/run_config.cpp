@@ -185,31 +185,30 @@ RunConfig read_config(Reader& r) {
       "warmup_ratio", c.warmup_ratio, unit_interval_open(), "use a fraction of the run such as 0.03, or 0 for none");
   c.optimizer = r.choice("optimizer",
                          c.optimizer,
-                         {"adamw_torch"},
+                         {"adamw_torch", "adamw_bnb_8bit"},
                          "qtrain implements AdamW: use adamw_torch (also read from adamw, adamw_torch_fused, "
-                         "paged_adamw_32bit, adamw_8bit, adamw_bnb_8bit, paged_adamw_8bit and adamw_torch_4bit)",
+                         "paged_adamw_32bit and adamw_torch_4bit) or bitsandbytes' 8-bit AdamW adamw_bnb_8bit "
+                         "(also read from adamw_8bit and paged_adamw_8bit)",
                          {{"adamw", "adamw_torch"},
                           {"adamw_torch_fused", "adamw_torch"},
                           {"paged_adamw_32bit", "adamw_torch"},
-                          {"adamw_8bit", "adamw_torch"},
-                          {"adamw_bnb_8bit", "adamw_torch"},
-                          {"paged_adamw_8bit", "adamw_torch"},
-                          {"adamw_torch_4bit", "adamw_torch"}});
-  // The same AdamW, with another way to hold its state in memory: see Note [Performance hints].
+                          {"adamw_torch_4bit", "adamw_torch"},
+                          {"adamw_8bit", "adamw_bnb_8bit"},
+                          {"paged_adamw_8bit", "adamw_bnb_8bit"}});
+  // The same optimizer with another way to hold its state in memory: see Note [Performance hints].
   if (const Entry* e = r.find("optimizer"); e && e->value.IsScalar()) {
     const std::string& name = e->value.Scalar();
     if (name == "adamw_torch_fused") {
       c.ignored_keys.push_back("optimizer: adamw_torch_fused (the same AdamW; fusing is a kernel choice)");
-    } else if (name == "paged_adamw_32bit") {
+    } else if (name == "paged_adamw_32bit" || name == "paged_adamw_8bit") {
+      c.ignored_keys.push_back("optimizer: " + name + " (the same " +
+                               (name == "paged_adamw_8bit" ? "8-bit AdamW, adamw_bnb_8bit" : "AdamW") +
+                               "; paging moves its state to host memory under pressure, and LoRA's state is small)");
+    } else if (name == "adamw_torch_4bit") {
+      // Not a performance hint: the updates differ. Named so that the run says what it trains with.
       c.ignored_keys.push_back(
-          "optimizer: paged_adamw_32bit (the same AdamW; paging moves its state to host memory under pressure, "
-          "and LoRA's state is small)");
-    } else if (name == "adamw_8bit" || name == "adamw_bnb_8bit" || name == "paged_adamw_8bit" ||
-               name == "adamw_torch_4bit") {
-      c.ignored_keys.push_back("optimizer: " + name + " (AdamW with its state rounded to " +
-                               (name.ends_with("4bit") ? "4" : "8") +
-                               " bits to save memory; qtrain keeps LoRA's small state in 32 bits, so the updates "
-                               "lack that rounding)");
+          "optimizer: adamw_torch_4bit (torchao's AdamW with 4-bit state is not implemented; qtrain runs its "
+          "32-bit AdamW, adamw_torch, whose updates lack the 4-bit rounding; adamw_bnb_8bit keeps 8-bit state)");
     }
   }
   c.adam_beta1 = r.number("adam_beta1", c.adam_beta1, unit_interval_open(), "use a value in [0, 1), e.g. 0.9");

@@ -9,6 +9,7 @@
 
 #include "offload/blob_layout.h"
 #include "ops/nn/cross_entropy.h"
+#include "ops/quant/blockwise_8bit.h"
 
 namespace qtrain::engine::schedule {
 namespace {
@@ -221,6 +222,7 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
 
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
+  if (shape.optimizer_8bit) in.lora_what = "float32, AdamW moments in 8 bits";
   const int64_t blob = offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype));
   int64_t per_layer_resident = (c.gemma ? 4 : 2) * H;  // input and post-attention (Gemma: and feed-forward) norms
   if (c.qk_norm) per_layer_resident += 2 * c.head_dim;
@@ -239,10 +241,15 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
     cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
                         (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
     in.layers.push_back(cost);
-    // Weights, gradients and AdamW's two moments, all float32.
+    // Weights and gradients in float32; AdamW's two moments in float32, or 8-bit blockwise per
+    // tensor (A [r, in] and B [out, r] each) when the optimizer is 8-bit.
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     for (const Linear& l : layer_linears(c)) {
-      if (shape.lora.targets(prefix + l.module)) in.lora_bytes += shape.lora.r * (l.in + l.out) * 4 * 4;
+      if (!shape.lora.targets(prefix + l.module)) continue;
+      const int64_t a = shape.lora.r * l.in, b = shape.lora.r * l.out;
+      in.lora_bytes +=
+          (a + b) * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(a) + ops::adam_8bit_moments_nbytes(b)
+                                                  : (a + b) * 4 * 2);
     }
   }
 

@@ -36,6 +36,9 @@ struct MemoryShape {
   CheckpointPolicy checkpoint = CheckpointPolicy::every_layer;
   int64_t checkpoint_every_k = 1;
   int64_t micro_batches_per_step = 1;  // gradient_accumulation_steps
+  // AdamW's moments in bitsandbytes' 8-bit blockwise form (optimizer adamw_bnb_8bit) rather
+  // than float32.
+  bool optimizer_8bit = false;
 };
 
 // The byte sizes of one decoder layer's base weights as qtrain stores them, in blob order: q, k,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/io/hf_folder.h"
+#include "engine/train/adamw_8bit.h"
 #include "engine/train/model_setup.h"
 
 namespace qtrain::engine::train {
@@ -115,6 +116,7 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c) {
   s.checkpoint = checkpoint_policy(c);
   s.checkpoint_every_k = c.gradient_checkpointing_every_k;
   s.micro_batches_per_step = c.gradient_accumulation_steps;
+  s.optimizer_8bit = c.optimizer == AdamW8bit::kName;
   return s;
 }
 

@@ -34,7 +34,7 @@ std::optional<int64_t> checkpoint_step(const fs::path& dir) {
 
 fs::path save_checkpoint(const fs::path& output_dir,
                          const RunState& state,
-                         const AdamW& optimizer,
+                         const Optimizer& optimizer,
                          const lora::LoraConfig& lora,
                          const std::map<std::string, lora::LoraAdapter>& adapters,
                          const std::string& base_model,
@@ -52,6 +52,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
                             {"skipped_steps", state.skipped_steps},
                             {"data_epoch", state.data.epoch},
                             {"data_batch", state.data.batch},
+                            {"optimizer", std::string(optimizer.name())},
                             {"format", "qtrain-checkpoint-1"}};
   io::write_file_synced(tmp / kConfigFile, run_config_yaml);
   io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
@@ -81,6 +82,7 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
     c.state.global_step = j.at("global_step").get<int64_t>();
     c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
     c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};
+    c.optimizer_name = j.value("optimizer", std::string("adamw_torch"));
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, (dir / kStateFile).string(), ": not a valid trainer state (", e.what(), ")");
   }
@@ -92,6 +94,20 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
   c.adapters = std::move(adapter.adapters);
   c.lora = adapter.config;
   return c;
+}
+
+void load_optimizer_state(const CheckpointContents& checkpoint, const fs::path& dir, Optimizer& optimizer) {
+  TORCH_CHECK(checkpoint.optimizer_name == optimizer.name(),
+              dir.string(),
+              ": the checkpoint's optimizer state was written by ",
+              checkpoint.optimizer_name,
+              " but this run's optimizer is ",
+              optimizer.name(),
+              "; resume with `optimizer: ",
+              checkpoint.optimizer_name,
+              "`, or start a new run (another output_dir, or resume_from_checkpoint unset) to train with ",
+              optimizer.name());
+  optimizer.load_state_tensors(checkpoint.optimizer, (dir / kOptimizerFile).string());
 }
 
 std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {

@@ -16,7 +16,7 @@
 
 #include "engine/data/data_loader.h"
 #include "engine/io/peft_adapter.h"
-#include "engine/train/adamw.h"
+#include "engine/train/optimizer.h"
 
 namespace qtrain::engine::train {
 
@@ -30,7 +30,10 @@ struct RunState {
 
 struct CheckpointContents {
   RunState state;
-  std::map<std::string, at::Tensor> optimizer;  // AdamW::state_tensors()
+  std::map<std::string, at::Tensor> optimizer;  // Optimizer::state_tensors()
+  // The optimizer that wrote them (Optimizer::name(); "adamw_torch" for checkpoints written
+  // before checkpoints recorded it, when qtrain had no other).
+  std::string optimizer_name;
   std::map<std::string, lora::LoraAdapter> adapters;
   lora::LoraConfig lora;
 };
@@ -38,13 +41,17 @@ struct CheckpointContents {
 // Writes output_dir/checkpoint-<global_step> atomically (see the file comment); returns it.
 std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir,
                                       const RunState& state,
-                                      const AdamW& optimizer,
+                                      const Optimizer& optimizer,
                                       const lora::LoraConfig& lora,
                                       const std::map<std::string, lora::LoraAdapter>& adapters,
                                       const std::string& base_model,
                                       const std::string& run_config_yaml);
 
 CheckpointContents load_checkpoint(const std::filesystem::path& dir);
+
+// Puts the checkpoint's optimizer state into `optimizer`; refuses state written by another
+// optimizer, naming both.
+void load_optimizer_state(const CheckpointContents& checkpoint, const std::filesystem::path& dir, Optimizer& optimizer);
 
 // The complete checkpoints in output_dir, oldest (lowest step) first.
 std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path& output_dir);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -23,6 +24,7 @@
 #include "engine/train/memory_stats.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
+#include "engine/train/optimizer.h"
 #include "engine/train/progress_line.h"
 #include "engine/train/run_state.h"
 #include "engine/train/step_intervals.h"
@@ -143,7 +145,11 @@ TrainResult train(const config::RunConfig& c) {
       static_cast<long long>(eval_steps),
       static_cast<long long>(save_steps));
 
-  AdamW optimizer(params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
+  const auto optimizer = make_optimizer(
+      c.optimizer, params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
+  std::printf("optimizer: %s, state %.2f MiB\n",
+              std::string(optimizer->name()).c_str(),
+              static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
   const auto offloaded = make_residency(device_plan, lm, c);
   schedule::LayerScheduler scheduler(lm, offloaded);
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
@@ -174,7 +180,7 @@ TrainResult train(const config::RunConfig& c) {
         l->lora->b.copy_(it->second.b);
       }
     }
-    optimizer.load_state_tensors(ck.optimizer, (resume / "optimizer.safetensors").string());
+    load_optimizer_state(ck, resume, *optimizer);
     state = ck.state;
     schedule::set_rng_state(at::kCPU, state.rng_cpu);
     if (state.rng_cuda.defined() && options.device.is_cuda()) schedule::set_rng_state(options.device, state.rng_cuda);
@@ -192,7 +198,7 @@ TrainResult train(const config::RunConfig& c) {
     state.rng_cpu = schedule::rng_state(at::kCPU);
     if (options.device.is_cuda()) state.rng_cuda = schedule::rng_state(options.device);
     const auto dir = save_checkpoint(
-        c.output_dir, state, optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
+        c.output_dir, state, *optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
     prune_checkpoints(c.output_dir, c.save_total_limit);
     std::printf("checkpoint: %s\n", dir.c_str());
   };
@@ -226,7 +232,7 @@ TrainResult train(const config::RunConfig& c) {
     }
     step_loss /= static_cast<double>(std::max<int64_t>(1, step_tokens));
     if (!std::isfinite(step_loss) || !grads_finite(params)) {
-      optimizer.zero_grad();
+      optimizer->zero_grad();
       ++state.skipped_steps;
       TORCH_CHECK(++consecutive_bad < kMaxConsecutiveNonFinite,
                   "stopping: ",
@@ -244,8 +250,8 @@ TrainResult train(const config::RunConfig& c) {
     } else {
       consecutive_bad = 0;
       last_grad_norm = clip_grad_norm(params, c.max_grad_norm);
-      optimizer.step(lr_schedule.lr_at(state.global_step));
-      optimizer.zero_grad();
+      optimizer->step(lr_schedule.lr_at(state.global_step));
+      optimizer->zero_grad();
       window_loss += step_loss;
       ++window_steps;
     }

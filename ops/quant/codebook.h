@@ -1,5 +1,6 @@
-// The code tables of bitsandbytes' k-bit formats: the 4-bit NF4/FP4 dequantization tables and
-// the 8-bit signed dynamic map used for double quantization of absmax. The values are the
+// The code tables of bitsandbytes' k-bit formats: the 4-bit NF4/FP4 dequantization tables, the
+// 8-bit signed dynamic map used for double quantization of absmax and for the first moment of
+// 8-bit optimizers, and the unsigned dynamic map of their second moment. The values are the
 // canonical float32 literals of bitsandbytes (functional.py's get_4bit_type and
 // create_dynamic_map), not regenerated: regeneration differs by an ulp across torch versions.
 #pragma once
@@ -38,5 +39,8 @@ const Quantizer4bit& quantizer_4bit(QuantType type);
 // bitsandbytes `create_dynamic_map(signed=True)`: 256 sorted float32 values in [-0.993, 1].
 // It is the code of the nested (double-quantized) absmax, stored as `nested_quant_map`.
 const std::array<float, 256>& dynamic_map_signed();
+// bitsandbytes `create_dynamic_map(signed=False)`: 256 sorted float32 values in [0, 1], 0 first.
+// The code of the second moment (exp_avg_sq) of 8-bit optimizers, `qmap2`.
+const std::array<float, 256>& dynamic_map_unsigned();
 
 }  // namespace qtrain::ops

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "ops/quant/blockwise_8bit.h"
 #include "ops/quant/kbit_device.h"
 #include "ops/quant/simd_x86.h"
 
@@ -196,28 +196,6 @@ void dispatch_float(at::ScalarType t, F&& f) {
   }
 }
 
-// bitsandbytes' CPU 8-bit quantizer: a 65536-bin grid over [-1, 1] maps to the code whose
-// midpoint interval contains the bin's centre.
-struct GridLut {
-  std::array<uint8_t, 65536> lut;
-};
-GridLut make_grid_lut(const std::array<float, 256>& code) {
-  std::array<float, 255> mid{};
-  for (int i = 0; i < 255; ++i) mid[i] = 0.5f * (code[i] + code[i + 1]);
-  GridLut g{};
-  int idx = 0;
-  for (int i = 0; i < 65536; ++i) {
-    const float val = -1.0f + (2.0f * static_cast<float>(i)) / 65535.0f;
-    while (idx < 255 && mid[idx] < val) ++idx;
-    g.lut[i] = static_cast<uint8_t>(idx);
-  }
-  return g;
-}
-inline uint16_t grid_index(float v) {
-  v = std::clamp(v, -1.0f, 1.0f);
-  return static_cast<uint16_t>((v + 1.0f) * 0.5f * 65535.0f + 0.5f);
-}
-
 }  // namespace
 
 void check_blocksize_4bit(int64_t blocksize) {
@@ -331,74 +309,6 @@ void Packed4bit::validate(const std::string& what) const {
                 " but the packed codes are on ",
                 packed.device());
   }
-}
-
-Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<float, 256>& code, int64_t blocksize) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
-              "quantize_blockwise_8bit: x must be a contiguous float32 CPU tensor");
-  TORCH_CHECK(blocksize > 0, "quantize_blockwise_8bit: blocksize must be positive, got ", blocksize);
-  static std::mutex lut_mutex;
-  static std::vector<std::pair<std::array<float, 256>, std::shared_ptr<GridLut>>> luts;
-  std::shared_ptr<GridLut> lut;
-  {
-    std::lock_guard<std::mutex> lock(lut_mutex);
-    for (auto& [c, l] : luts)
-      if (c == code) lut = l;
-    if (!lut) {
-      lut = std::make_shared<GridLut>(make_grid_lut(code));
-      luts.emplace_back(code, lut);
-    }
-  }
-  const int64_t n = x.numel();
-  const int64_t nb = ceil_div(n, blocksize);
-  Blockwise8bit r{at::empty(x.sizes(), x.options().dtype(at::kByte)), at::empty({nb}, x.options())};
-  const float* in = x.const_data_ptr<float>();
-  uint8_t* out = r.codes.data_ptr<uint8_t>();
-  float* am = r.absmax.data_ptr<float>();
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t start = b * blocksize, end = std::min(n, start + blocksize);
-    float amax = 0.f;
-    for (int64_t i = start; i < end; ++i) amax = std::max(amax, std::fabs(in[i]));
-    am[b] = amax;
-    if (amax == 0.f) {
-      std::fill(out + start, out + end, 0);
-      continue;
-    }
-    const float inv = 1.0f / amax;
-    for (int64_t i = start; i < end; ++i) out[i] = lut->lut[grid_index(in[i] * inv)];
-  }
-  return r;
-}
-
-at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes,
-                                     const at::Tensor& absmax,
-                                     const at::Tensor& code,
-                                     int64_t blocksize) {
-  TORCH_CHECK(codes.scalar_type() == at::kByte && absmax.scalar_type() == at::kFloat &&
-                  code.scalar_type() == at::kFloat && code.numel() == 256,
-              "dequantize_blockwise_8bit: expects uint8 codes, float32 absmax and a float32 [256] code");
-  TORCH_CHECK(codes.device().is_cpu(), "dequantize_blockwise_8bit: CPU tensors only, got ", codes.device());
-  const auto c = codes.contiguous();
-  const auto a = absmax.contiguous();
-  const auto table = code.contiguous();
-  const int64_t n = c.numel();
-  TORCH_CHECK(a.numel() == ceil_div(n, blocksize),
-              "dequantize_blockwise_8bit: ",
-              a.numel(),
-              " absmax values for ",
-              n,
-              " codes in blocks of ",
-              blocksize);
-  auto out = at::empty(c.sizes(), a.options());
-  const uint8_t* in = c.const_data_ptr<uint8_t>();
-  const float* am = a.const_data_ptr<float>();
-  const float* t = table.const_data_ptr<float>();
-  float* o = out.data_ptr<float>();
-  for (int64_t start = 0, b = 0; start < n; start += blocksize, ++b) {
-    const int64_t end = std::min(n, start + blocksize);
-    for (int64_t i = start; i < end; ++i) o[i] = t[in[i]] * am[b];
-  }
-  return out;
 }
 
 Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize, bool double_quant) {

@@ -73,17 +73,4 @@ at::Tensor dequantize_4bit_scalar(const Packed4bit& q, at::ScalarType dtype);
 // The float32 absmax of every block (reconstructs nested absmax).
 at::Tensor absmax_float(const Packed4bit& q);
 
-// 8-bit blockwise quantization with bitsandbytes' CPU quantizer (used for the nested absmax):
-// per-block absmax, codes from a 65536-bin grid over [-1, 1]. x: float32, contiguous, CPU.
-struct Blockwise8bit {
-  at::Tensor codes;   // uint8, same shape as x
-  at::Tensor absmax;  // float32 [ceil(n / blocksize)]
-};
-Blockwise8bit quantize_blockwise_8bit(const at::Tensor& x, const std::array<float, 256>& code, int64_t blocksize);
-// out[i] = code[codes[i]] * absmax[i / blocksize], float32.
-at::Tensor dequantize_blockwise_8bit(const at::Tensor& codes,
-                                     const at::Tensor& absmax,
-                                     const at::Tensor& code,
-                                     int64_t blocksize);
-
 }  // namespace qtrain::ops

@@ -3,6 +3,7 @@ learning-rate schedules, as the Hugging Face Trainer runs them (float32, CPU).
 
     python scripts/reference/optim_reference.py adamw --out ADAMW.safetensors
     python scripts/reference/optim_reference.py schedules --out SCHEDULES.safetensors
+    python scripts/reference/optim_reference.py adamw8bit --out ADAMW8BIT.safetensors
 
 adamw: 25 steps of torch.optim.AdamW (single-tensor path) on three parameters, each step
 clip_grad_norm_(1.0) first and the learning rate from a cosine-with-warmup LambdaLR. Writes
@@ -14,7 +15,14 @@ transformers' constant_with_warmup, linear and cosine schedules over 20 steps, w
 warmup steps and a warmup ratio of 0.1 (TrainingArguments.get_warmup_steps). Writes
 lr.<schedule>.<case> (float64 [22]) and warmup.<case> (int64 0-dim), case = w0 | w3 | r0.1.
 
-The two subcommands are separate so that the AdamW test does not pay for importing transformers.
+adamw8bit: 8 steps of bitsandbytes.optim.AdamW8bit on the CPU (bitsandbytes' own CPU backend,
+the oracle of qtrain's AdamW8bit) on parameters above, at and below min_8bit_size = 4096
+elements, with partial state blocks of 256, weight decay and a new learning rate each step.
+Writes init.<i>, grad.<step>.<i>, lrs (float64 [8]), param.<step>.<i> (after the step) and the
+final state: state1.<i>, state2.<i> (uint8 codes, or float32 for small parameters),
+absmax1.<i>, absmax2.<i> (8-bit ones only), qmap1, qmap2 and step.
+
+The subcommands are separate so that each test pays only for the imports it needs.
 """
 
 import argparse
@@ -94,6 +102,44 @@ def adamw(out):
     save_file(tensors, out, metadata={"format": "pt"})
 
 
+ADAMW8BIT_SHAPES = [(64, 80), (4100,), (16, 256), (40, 100), (16,)]
+ADAMW8BIT_STEPS = 8
+
+
+def adamw8bit(out):
+    import bitsandbytes as bnb
+
+    torch.manual_seed(0)
+    params = [torch.randn(shape, dtype=torch.float32).requires_grad_(True) for shape in ADAMW8BIT_SHAPES]
+    tensors = {f"init.{i}": p.detach().clone() for i, p in enumerate(params)}
+    optimizer = bnb.optim.AdamW8bit(params, lr=BASE_LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(4321)
+    lrs = []
+    for step in range(ADAMW8BIT_STEPS):
+        # Gradient scales that change per step and per parameter, so that block absmax move.
+        scale = [1.0, 0.01, 3.0, 0.3][step % 4]
+        for i, p in enumerate(params):
+            p.grad = torch.randn(p.shape, generator=gen, dtype=torch.float32) * scale
+            tensors[f"grad.{step}.{i}"] = p.grad.clone()
+        lr = BASE_LR * (1.0 - step / (2 * ADAMW8BIT_STEPS))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        lrs.append(lr)
+        optimizer.step()
+        for i, p in enumerate(params):
+            tensors[f"param.{step}.{i}"] = p.detach().clone()
+    for i, p in enumerate(params):
+        state = optimizer.state[p]
+        for key in ("state1", "state2", "absmax1", "absmax2"):
+            if key in state:
+                tensors[f"{key}.{i}"] = state[key].clone()
+        tensors["qmap1"] = optimizer.name2qmap["dynamic"].clone()
+        tensors["qmap2"] = optimizer.name2qmap["udynamic"].clone()
+        tensors["step"] = torch.tensor(state["step"], dtype=torch.int64)
+    tensors["lrs"] = torch.tensor(lrs, dtype=torch.float64)
+    save_file(tensors, out, metadata={"format": "pt"})
+
+
 def schedules(out):
     from types import SimpleNamespace
 
@@ -122,11 +168,11 @@ def schedules(out):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["adamw", "schedules"])
+    parser.add_argument("what", choices=["adamw", "schedules", "adamw8bit"])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    {"adamw": adamw, "schedules": schedules}[args.what](args.out)
+    {"adamw": adamw, "schedules": schedules, "adamw8bit": adamw8bit}[args.what](args.out)
 
 
 if __name__ == "__main__":

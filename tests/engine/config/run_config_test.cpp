@@ -518,7 +518,8 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        "run.yaml:3:15: lr_scheduler: 'cosin' is not one of constant, linear, cosine; did you mean 'cosine'?"},
       {kHead + "optimizer: lion_8bit\n",
        {},
-       "run.yaml:3:12: optimizer: 'lion_8bit' is not one of adamw_torch; qtrain implements AdamW: use adamw_torch"},
+       "run.yaml:3:12: optimizer: 'lion_8bit' is not one of adamw_torch, adamw_bnb_8bit; qtrain implements AdamW: "
+       "use adamw_torch"},
       {kHead + "bnb_4bit_quant_type: int4\n", {}, "bnb_4bit_quant_type: 'int4' is not one of nf4, fp4"},
       // contradictions
       {kHead + "load_in_4bit: true\nload_in_8bit: true\n",
@@ -803,19 +804,30 @@ gradient_checkpointing: offload
 loss_watchdog_threshold: 5.0
 loss_watchdog_patience: 3
 )");
-  EXPECT_EQ(c.optimizer, "adamw_torch");
+  // bitsandbytes' 8-bit AdamW is what qtrain runs for it: not named.
+  EXPECT_EQ(c.optimizer, "adamw_bnb_8bit");
   EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::every_layer);
   EXPECT_EQ(c.loss_watchdog_threshold, 5.0);
   EXPECT_EQ(c.loss_watchdog_patience, 3);
-  ASSERT_EQ(c.ignored_keys.size(), 5u) << ignored_keys_note(c);
+  ASSERT_EQ(c.ignored_keys.size(), 4u) << ignored_keys_note(c);
   EXPECT_EQ(c.ignored_keys[0], "model_type: MistralForCausalLM (qtrain builds the architecture config.json names)");
   EXPECT_EQ(c.ignored_keys[1], "tokenizer_type: LlamaTokenizer (qtrain reads tokenizer.json (the fast tokenizer))");
   EXPECT_EQ(c.ignored_keys[2].rfind("trust_remote_code (", 0), 0u);
-  EXPECT_EQ(c.ignored_keys[3].rfind("optimizer: adamw_bnb_8bit (AdamW with its state rounded to 8 bits", 0), 0u);
-  EXPECT_EQ(c.ignored_keys[4].rfind("gradient_checkpointing: offload (read as true", 0), 0u);
-  EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_4bit\n")
-                .ignored_keys.at(0)
-                .rfind("optimizer: adamw_torch_4bit (AdamW with its state rounded to 4 bits", 0),
+  EXPECT_EQ(c.ignored_keys[3].rfind("gradient_checkpointing: offload (read as true", 0), 0u);
+  const RunConfig plain = parse(kHead + "optimizer: adamw_8bit\n");
+  EXPECT_EQ(plain.optimizer, "adamw_bnb_8bit");
+  EXPECT_TRUE(plain.ignored_keys.empty());
+  const RunConfig paged = parse(kHead + "optimizer: paged_adamw_8bit\n");
+  EXPECT_EQ(paged.optimizer, "adamw_bnb_8bit");
+  EXPECT_EQ(paged.ignored_keys.at(0),
+            "optimizer: paged_adamw_8bit (the same 8-bit AdamW, adamw_bnb_8bit; paging moves its state to host "
+            "memory under pressure, and LoRA's state is small)");
+  // No 4-bit AdamW: the run says that it trains with the 32-bit one.
+  const RunConfig four = parse(kHead + "optimizer: adamw_torch_4bit\n");
+  EXPECT_EQ(four.optimizer, "adamw_torch");
+  EXPECT_EQ(four.ignored_keys.at(0).rfind("optimizer: adamw_torch_4bit (torchao's AdamW with 4-bit state is not "
+                                          "implemented; qtrain runs its 32-bit AdamW, adamw_torch",
+                                          0),
             0u);
   test::expect_error([] { parse(kHead + "loss_watchdog_patience: 0\n"); }, "loss_watchdog_patience: 0 must be >= 1");
 }

@@ -12,10 +12,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/io/hf_folder.h"
-#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/init_model.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "engine/train/adamw_8bit.h"
 #include "offload/blob_layout.h"
 #include "tests/temp_dir.h"
 
@@ -135,6 +136,38 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       EXPECT_EQ(in.lora_bytes, lora_bytes);
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// With the 8-bit AdamW the LoRA state is the float32 weights and gradients plus exactly what
+// AdamW8bit allocates: rank 64 on the tiny llama gives tensors above (q_proj's [64, 64]) and below
+// (v_proj's lora_B [32, 64]) its 4096-element threshold.
+TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
+  const auto dir = test::fresh_test_dir(true);
+  const auto config = model::preset_config(model::Architecture::llama, "tiny");
+  model::write_random_model(dir / "llama", config, 3);
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "llama"), model::LoadOptions{});
+  lora::LoraConfig lora;
+  lora.r = 64;
+  lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+  model::attach_new_lora(lm, lora, 1);
+  const auto params = lm.trainable_parameters();
+  MemoryShape shape;
+  shape.lora = lora;
+  shape.dtype = at::kFloat;
+  shape.optimizer_8bit = true;
+  const auto in = estimate_memory(config, shape);
+  const train::AdamW8bit optimizer(params, {});
+  int64_t weights_and_grads = 0;
+  for (const auto& p : params) weights_and_grads += 2 * p.nbytes();
+  // state_nbytes counts the int64 step counter too, which is no per-tensor state.
+  EXPECT_EQ(in.lora_bytes, weights_and_grads + optimizer.state_nbytes() - 8);
+  EXPECT_EQ(in.lora_what, "float32, AdamW moments in 8 bits");
+  bool some_8bit = false, some_32bit = false;
+  for (size_t i = 0; i < params.size(); ++i) (optimizer.is_8bit(i) ? some_8bit : some_32bit) = true;
+  EXPECT_TRUE(some_8bit && some_32bit);
+  shape.optimizer_8bit = false;
+  EXPECT_EQ(estimate_memory(config, shape).lora_bytes, 2 * weights_and_grads);
   std::filesystem::remove_all(dir);
 }
 

@@ -170,6 +170,48 @@ TEST_F(Trainer, ResumedRunEqualsUninterruptedRunBitwise) {
   }
 }
 
+// A new adapter of rank 64 on the fixture's 64-wide layers: q_proj's lora_A [64, 64] and
+// down_proj's [64, 96] reach AdamW8bit's 4096-element threshold (8-bit state), k_proj's lora_B
+// [32, 64] does not (float32 state). Checkpoints record the optimizer; resuming continues the
+// 8-bit run exactly, and resuming it with the 32-bit AdamW is refused, naming both.
+TEST_F(Trainer, AdamW8bitRunResumesBitwiseAndRefusesAnotherOptimizer) {
+  const std::vector<std::string> sets = {
+      "lora_model_dir=", "lora_r=64", "lora_alpha=16", "optimizer=adamw_8bit", "max_steps=8", "save_steps=4"};
+  const auto full = train(config("eight", sets));
+  const auto checkpoint = full.output_dir / "checkpoint-4";
+  ASSERT_TRUE(fs::exists(checkpoint));
+  EXPECT_EQ(nlohmann::json::parse(std::ifstream(checkpoint / "trainer_state.json")).at("optimizer"), "adamw_bnb_8bit");
+  int64_t codes = 0;
+  for (const auto& [name, t] : load_checkpoint(checkpoint).optimizer) codes += t.scalar_type() == at::kByte;
+  EXPECT_GT(codes, 0) << "no 8-bit state in the checkpoint";
+
+  auto resume_sets = sets;
+  resume_sets.push_back("resume_from_checkpoint=" + checkpoint.string());
+  const auto resumed = train(config("eight-resumed", resume_sets));
+  const auto a = losses(full.output_dir), b = losses(resumed.output_dir);
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(a[4 + i], b[i]) << "step " << 5 + i;
+  const auto fa = io::load_peft_adapter(full.output_dir), fb = io::load_peft_adapter(resumed.output_dir);
+  for (const auto& [name, adapter] : fa.adapters) {
+    EXPECT_TRUE(test::bitwise_equal(adapter.a, fb.adapters.at(name).a)) << name;
+    EXPECT_TRUE(test::bitwise_equal(adapter.b, fb.adapters.at(name).b)) << name;
+  }
+
+  auto other = resume_sets;
+  other[3] = "optimizer=adamw_torch";
+  try {
+    train(config("eight-as-32", other));
+    FAIL() << "resumed 8-bit optimizer state with the 32-bit AdamW";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the checkpoint's optimizer state was written by adamw_bnb_8bit but this run's optimizer "
+                        "is adamw_torch"),
+              std::string::npos)
+        << what;
+  }
+}
+
 TEST_F(Trainer, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   // A learning rate of 1e30 without clipping blows the adapter up after the first update; every
   // later step then has a non-finite loss, is skipped, and the tenth in a row ends the run.

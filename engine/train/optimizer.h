@@ -1,0 +1,89 @@
+// The optimizer of the trainable (LoRA) parameters as the trainer sees it: one step with a given
+// learning rate, and its state as named tensors for a run-state file. Two implementations:
+// AdamW (adamw.h, torch.optim.AdamW's numerics, float32 state) and AdamW8bit (adamw_8bit.h,
+// bitsandbytes' AdamW8bit, blockwise 8-bit state). The run config picks one by name.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace qtrain::engine::train {
+
+struct AdamWOptions {
+  double lr = 1e-3;  // the base lr; the lr of each update is the argument of Optimizer::step
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update with learning rate `lr` of every parameter whose grad is defined; the grads are
+  // left as they are. One step counter serves all parameters (torch and bitsandbytes keep one per
+  // parameter and advance only those with a grad; they agree whenever every parameter has a grad
+  // in every step, as LoRA parameters do). At least one parameter must have a grad.
+  virtual void step(double lr) = 0;
+
+  // "step" (int64, 0-dim, CPU) and the moments of each parameter i, named "<moment>.<i>": the
+  // live state tensors (not copies), for writing into a run-state file.
+  virtual std::vector<std::pair<std::string, at::Tensor>> state_tensors() const = 0;
+  // Replaces the state with a copy of `state` (as state_tensors() names it; any device). Checks
+  // keys, dtypes and shapes against these parameters; errors name `source` (the file) and the
+  // key. On error nothing changes.
+  virtual void load_state_tensors(const std::map<std::string, at::Tensor>& state, const std::string& source) = 0;
+
+  // The run config's name of this optimizer ("adamw_torch", "adamw_bnb_8bit"); checkpoints record
+  // it, and a run resumes only with the optimizer that wrote them.
+  virtual std::string_view name() const = 0;
+
+  // Sets every parameter's grad to undefined (torch's zero_grad(set_to_none=True)).
+  void zero_grad();
+  // Updates done so far.
+  int64_t steps() const { return step_; }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<at::Tensor>& params() const { return params_; }
+  // Bytes of the state tensors (the moments, their block scales and the step counter).
+  int64_t state_nbytes() const;
+
+ protected:
+  // Checks the options and the parameters (float32, defined, distinct); `who` starts messages.
+  Optimizer(std::vector<at::Tensor> params, AdamWOptions options, const char* who);
+  // Checks `lr` and every defined grad against its parameter; at least one must be defined.
+  void check_step(double lr, const char* who) const;
+  // state[key], which must exist and be defined; `expected` describes the whole key set.
+  static const at::Tensor& find_state(const std::map<std::string, at::Tensor>& state,
+                                      const std::string& key,
+                                      const std::string& source,
+                                      const std::string& expected);
+  // The "step" entry of a state map, checked (an int64 scalar >= 0); `expected` describes the
+  // whole key set for the message when it is missing.
+  static int64_t load_step(const std::map<std::string, at::Tensor>& state,
+                           const std::string& source,
+                           const std::string& expected);
+  // Fails on a key of `state` that is not in `known`.
+  static void check_no_extra_keys(const std::map<std::string, at::Tensor>& state,
+                                  const std::vector<std::string>& known,
+                                  const std::string& source,
+                                  const std::string& expected);
+
+  std::vector<at::Tensor> params_;
+  AdamWOptions options_;
+  int64_t step_ = 0;
+};
+
+// The run config's optimizer names (engine/config): "adamw_torch" or "adamw_bnb_8bit".
+std::unique_ptr<Optimizer> make_optimizer(std::string_view name, std::vector<at::Tensor> params, AdamWOptions options);
+
+}  // namespace qtrain::engine::train
