@@ -218,9 +218,10 @@ def router(root):
     g, g2 = torch.randn_like(weights), torch.randn_like(probs)
     ((weights * g).sum() + (probs * g2).sum()).backward()
     tensors.update({"fp32.probs": probs.detach(), "fp32.weights": weights.detach(), "fp32.experts": experts,
-                    "g": g, "g2": g2, "grad.x": xg.grad, "grad.proj": module.proj.weight.grad,
-                    "grad.scale": module.scale.grad, "grad.per_expert_scale": module.per_expert_scale.grad})
-    module = module.to(torch.bfloat16)
+                    "g": g, "g2": g2, "grad.x": xg.grad, "grad.proj": module.proj.weight.grad.clone(),
+                    "grad.scale": module.scale.grad.clone(),
+                    "grad.per_expert_scale": module.per_expert_scale.grad.clone()})
+    module = module.to(torch.bfloat16)  # converts the .grad tensors in place too: hence the clones
     with torch.no_grad():
         probs, weights, experts = module(x.to(torch.bfloat16))
     tensors.update({"bf16.probs": probs, "bf16.weights": weights, "bf16.experts": experts})
