@@ -532,6 +532,7 @@ nlohmann::json ModelConfig::to_json() const {
   auto rope_json = [](const RopeParams& r) {
     nlohmann::json rope = {{"rope_theta", r.theta}, {"rope_type", r.scaling.type}};
     if (r.scaling.type != "default") rope["factor"] = r.scaling.factor;
+    if (r.scaling.type == "proportional") rope["partial_rotary_factor"] = r.scaling.partial_rotary_factor;
     if (r.scaling.type == "llama3") {
       rope["low_freq_factor"] = r.scaling.low_freq_factor;
       rope["high_freq_factor"] = r.scaling.high_freq_factor;
@@ -540,12 +541,31 @@ nlohmann::json ModelConfig::to_json() const {
     return rope;
   };
   const RopeParams global{rope_theta, rope_scaling};
-  if (gemma) {
-    j["hidden_activation"] = "gelu_pytorch_tanh";
+  if (arch == Architecture::gemma4) {
+    // The spelling transformers re-saves (per_layer_config for the layers whose shape differs),
+    // and no per-layer embeddings, KV sharing or experts.
+    nlohmann::json per_layer = nlohmann::json::object();
+    bool k_eq_v = false;
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const auto a = attention(i);
+      k_eq_v = k_eq_v || a.k_eq_v;
+      if (a.head_dim != head_dim || a.num_kv_heads != num_kv_heads) {
+        per_layer[std::to_string(i)] = {{"head_dim", a.head_dim}, {"num_key_value_heads", a.num_kv_heads}};
+      }
+    }
+    j["per_layer_config"] = per_layer;
+    j["attention_k_eq_v"] = k_eq_v;
+    j["hidden_size_per_layer_input"] = 0;
+    j["num_kv_shared_layers"] = 0;
+    j["enable_moe_block"] = false;
+  } else if (gemma) {
     // An int in transformers' strict Gemma configs.
     j["query_pre_attn_scalar"] = std::llround(query_pre_attn_scalar.value_or(256.0));
-    j["final_logit_softcapping"] = final_logit_softcap ? nlohmann::json(*final_logit_softcap) : nlohmann::json(nullptr);
     j["attn_logit_softcapping"] = attn_logit_softcap ? nlohmann::json(*attn_logit_softcap) : nlohmann::json(nullptr);
+  }
+  if (gemma) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["final_logit_softcapping"] = final_logit_softcap ? nlohmann::json(*final_logit_softcap) : nlohmann::json(nullptr);
     auto types = nlohmann::json::array();
     j["sliding_window"] = nullptr;
     for (const auto& w : sliding_window) {

@@ -12,9 +12,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/io/hf_folder.h"
-#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/init_model.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "offload/blob_layout.h"
 #include "tests/temp_dir.h"
@@ -54,6 +54,7 @@ int64_t resident_nbytes(const model::CausalLM& lm) {
     bytes += layer.input_norm.nbytes() + layer.post_attn_norm.nbytes();
     if (layer.pre_ff_norm) bytes += layer.pre_ff_norm->nbytes() + layer.post_ff_norm->nbytes();
     if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
+    if (layer.layer_scalar.defined()) bytes += layer.layer_scalar.nbytes();
     for (const auto* l : layer.linears()) {
       if (l->bias) bytes += l->bias->nbytes();
     }
@@ -101,6 +102,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
         std::pair{"qwen3 tiny", model::preset_config(model::Architecture::qwen3, "tiny")},
         std::pair{"gemma2 tiny", model::preset_config(model::Architecture::gemma2, "tiny")},
         std::pair{"gemma3 tiny", model::preset_config(model::Architecture::gemma3, "tiny")},
+        std::pair{"gemma4 tiny", model::preset_config(model::Architecture::gemma4, "tiny")},
         std::pair{"odd qwen2", odd_qwen2()}}) {
     const auto folder_dir = dir / name;
     model::write_random_model(folder_dir, config, 3);
@@ -120,22 +122,48 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       shape.lora = lora;
       shape.dtype = v.dtype;
       const auto in = estimate_memory(config, shape);
-      const auto expected = layer_weight_nbytes(config, v.quant, v.dtype);
       ASSERT_EQ(in.layers.size(), lm.layers().size());
       for (const auto& layer : lm.layers()) {
+        const auto expected = layer_weight_nbytes(config, layer.index, v.quant, v.dtype);
         const auto real = stored_nbytes(layer);
         EXPECT_EQ(expected, real) << "layer " << layer.index;
         EXPECT_EQ(in.layers[layer.index].blob_bytes, offload::blob_bytes(real)) << "layer " << layer.index;
       }
-      // The rope frequencies (float32 [head_dim / 2], Gemma 3: a second set for its sliding
-      // layers) are not reachable from outside CausalLM.
-      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + (config.sliding_rope ? 2 : 1) * config.head_dim / 2 * 4);
+      // The rope frequencies (float32 [head_dim / 2], Gemma 3 and 4: a second set for their
+      // sliding layers, Gemma 4's of another head_dim) are not reachable from outside CausalLM.
+      const int64_t rope_dims = config.rope_head_dim(false) + (config.sliding_rope ? config.rope_head_dim(true) : 0);
+      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + rope_dims / 2 * 4);
       int64_t lora_bytes = 0;
       for (const auto& p : lm.trainable_parameters()) lora_bytes += 4 * p.nbytes();  // + grad, m, v
       EXPECT_EQ(in.lora_bytes, lora_bytes);
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+// The dense part of Gemma-4-26B-A4B per layer against the parameter and byte counts of the
+// reference table (moe-and-gemma.md §5, computed from the released config and transformers'
+// module shapes): attention 34 603 008 (sliding) and 49 020 928 (full, no v_proj) parameters,
+// dense MLP 17 842 176; in NF4 with double quantization 27.06 MB for a sliding layer's linears
+// (0.51587 B per parameter there; qtrain stores a 1 KiB code per tensor where the table counts
+// 1092 B, 0.0005 MB a layer).
+TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  ASSERT_EQ(c.num_layers, 30);
+  auto params = [&](int64_t layer) {
+    int64_t bytes = 0;
+    for (auto b : layer_weight_nbytes(c, layer, QuantSpec{}, at::kFloat)) bytes += b;
+    return bytes / 4;
+  };
+  EXPECT_EQ(params(0), 34603008 + 17842176);
+  EXPECT_EQ(params(5), 49020928 + 17842176);
+  EXPECT_EQ(params(29), params(5));  // the last layer is full
+  QuantSpec nf4;
+  nf4.kind = QuantSpec::Kind::nf4;
+  nf4.double_quant = true;
+  int64_t sliding = 0;
+  for (auto b : layer_weight_nbytes(c, 0, nf4, at::kBFloat16)) sliding += b;
+  EXPECT_NEAR(sliding / 1e6, 27.06, 0.005);
 }
 
 // What the forward leaves allocated for backward on the CPU (StepStats::activation_bytes, the
