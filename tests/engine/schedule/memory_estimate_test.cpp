@@ -173,7 +173,8 @@ TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
 // estimate leaves out. A first forward warms up: the first one also allocates the kernels'
 // lasting scratch (several MiB), which is no activation.
 // Gemma 2 (four norms, GeGLU, soft-capped unfused attention on the full layers, a window of 64
-// on the others) and Gemma 3 (q/k norms, two rope tables) in float32 and bfloat16 without dropout.
+// on the others), Gemma 3 (q/k norms, two rope tables) and Gemma 4 (v norm, a wider full layer
+// without v_proj, layer_scalar) in float32 and bfloat16 without dropout.
 class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
 
 TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
@@ -188,6 +189,11 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
   config.vocab_size = 512;
   config.sliding_window.assign(3, std::nullopt);
   if (config.gemma) config.sliding_window[0] = config.sliding_window[2] = 64;
+  if (arch == model::Architecture::gemma4) {
+    // Its last layer is full (transformers forces it): wider heads, one kv head, no v_proj.
+    config.sliding_window = {64, 64, std::nullopt};
+    config.layer_attention = {{32, 2, false}, {32, 2, false}, {64, 1, true}};
+  }
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
   const auto folder = io::HfFolder::open(dir);
@@ -245,11 +251,15 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures,
-    MemoryEstimateActivations,
-    testing::Values(model::Architecture::llama, model::Architecture::gemma2, model::Architecture::gemma3),
-    [](const testing::TestParamInfo<model::Architecture>& info) { return model::architecture_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Architectures,
+                         MemoryEstimateActivations,
+                         testing::Values(model::Architecture::llama,
+                                         model::Architecture::gemma2,
+                                         model::Architecture::gemma3,
+                                         model::Architecture::gemma4),
+                         [](const testing::TestParamInfo<model::Architecture>& info) {
+                           return model::architecture_name(info.param);
+                         });
 
 }  // namespace
 }  // namespace qtrain::engine::schedule
