@@ -8,7 +8,6 @@
 
 #include "engine/io/bnb_checkpoint.h"
 #include "ops/nn/cross_entropy.h"
-#include "ops/nn/rms_norm.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -111,13 +110,14 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
   const bool tied = c.tie_word_embeddings || !load.contains("lm_head.weight");
   m.lm_head_ = tied ? m.embed_ : load.plain("lm_head.weight");
   if (c.gemma) {
-    // Gemma2TextScaledWordEmbedding: sqrt(H) as a float32 scalar, cast to the embedding dtype.
+    // Gemma2TextScaledWordEmbedding (and Gemma 3's, 4's): sqrt(H) as a float32 scalar, cast to the
+    // embedding dtype.
     m.embed_scale_ = at::scalar_tensor(std::sqrt(static_cast<double>(c.hidden_size)), at::kFloat).to(options.device, t);
   }
-  m.inv_freq_ = ops::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling).to(options.device);
+  m.inv_freq_ = ops::rope_inv_freq(c.rope_head_dim(false), c.rope_theta, c.rope_scaling).to(options.device);
   if (c.sliding_rope) {
     m.sliding_inv_freq_ =
-        ops::rope_inv_freq(c.head_dim, c.sliding_rope->theta, c.sliding_rope->scaling).to(options.device);
+        ops::rope_inv_freq(c.rope_head_dim(true), c.sliding_rope->theta, c.sliding_rope->scaling).to(options.device);
   }
   m.layers_.reserve(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -134,9 +134,11 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
       l.q_norm = load.plain(p + "self_attn.q_norm.weight");
       l.k_norm = load.plain(p + "self_attn.k_norm.weight");
     }
+    l.attention = c.attention(i);
     l.q = load.linear(p + "self_attn.q_proj", c.qkv_bias);
     l.k = load.linear(p + "self_attn.k_proj", c.qkv_bias);
-    l.v = load.linear(p + "self_attn.v_proj", c.qkv_bias);
+    if (!l.attention.k_eq_v) l.v = load.linear(p + "self_attn.v_proj", c.qkv_bias);
+    if (c.arch == Architecture::gemma4) l.layer_scalar = load.plain(p + "layer_scalar");
     l.o = load.linear(p + "self_attn.o_proj", c.o_bias);
     l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
     l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
@@ -149,10 +151,11 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
       }
     }
     l.sliding_window = c.sliding_window[i];
-    const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
+    const int64_t q_out = c.num_heads * l.attention.head_dim, kv_out = l.attention.num_kv_heads * l.attention.head_dim;
+    // Without v_proj (k_eq_v) k is checked in its place.
     for (auto [lin, out, in] : {std::tuple{&l.q, q_out, c.hidden_size},
                                 {&l.k, kv_out, c.hidden_size},
-                                {&l.v, kv_out, c.hidden_size},
+                                {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
                                 {&l.o, c.hidden_size, q_out},
                                 {&l.gate, c.intermediate_size, c.hidden_size},
                                 {&l.up, c.intermediate_size, c.hidden_size},
@@ -203,8 +206,7 @@ LayerInputs CausalLM::layer_inputs(const at::Tensor& positions) const {
 }
 
 at::Tensor CausalLM::final_norm(const at::Tensor& h) const {
-  return config_.gemma ? ops::gemma_rms_norm(h, norm_, config_.rms_norm_eps)
-                       : ops::rms_norm(h, norm_, config_.rms_norm_eps);
+  return model_rms_norm(config_, h, norm_);
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& h) const {

@@ -1,8 +1,8 @@
 // One decoder layer of the Llama family (Llama, Mistral, Qwen2, Qwen3):
 //   h = h + o(attention(rope(norm_q(q(x))), rope(norm_k(k(x))), v(x)))   with x = input_norm(h)
 //   h = h + down(silu(gate(x)) * up(x))                                  with x = post_attn_norm(h)
-// or of Gemma 2 and 3, see Note [Gemma decoder]. The layer only computes; when its weights are
-// resident and whether it is recomputed is the scheduler's business (engine/schedule).
+// or of Gemma 2 and 3, see Note [Gemma decoder], or of Gemma 4, see Note [Gemma 4 decoder]. The layer only computes;
+// when its weights are resident and whether it is recomputed is the scheduler's business (engine/schedule).
 #pragma once
 
 #include <optional>
@@ -34,10 +34,28 @@ namespace qtrain::engine::model {
 // - the final logits are capped (Gemma 2: 30 * tanh(z / 30)) before the loss, in the compute
 //   dtype, inside the chunked cross-entropy (ops/nn/cross_entropy.h).
 
+// Note [Gemma 4 decoder]
+// transformers' Gemma4TextDecoderLayer and Gemma4TextAttention (modeling_gemma4.py) keep Gemma's
+// sandwich norms, sqrt(hidden_size) embedding scale, GeGLU and final soft-cap, and change:
+// - every norm is x * pow(mean(x^2) + eps, -0.5) * w in float32, cast last: the weight itself
+//   (initialised to ones), not (1 + w) (ops::gemma4_rms_norm);
+// - attention is unscaled (scaling 1.0: the q and k norms take the place of 1/sqrt(head_dim));
+// - values are RMS-normalised over head_dim without a weight (v_norm), after the projection and
+//   without rope;
+// - full-attention layers have their own head_dim (global_head_dim) and kv head count, and with
+//   attention_k_eq_v no v_proj: the values are the raw k_proj output (before k_norm and rope),
+//   then v_norm (ModelConfig::layer_attention);
+// - sliding and full layers have their own rope; the full layers' is "proportional": only the
+//   first partial_rotary_factor of the frequency pairs rotate, with exponents over the whole
+//   head_dim (ops::rope_inv_freq);
+// - the layer's output, residual included, is multiplied by layer_scalar, a [1] tensor stored in
+//   the checkpoint;
+// - the last layer is always full attention (ModelConfig::from_json).
+
 // What every layer of one step shares besides the hidden state.
 struct LayerInputs {
   ops::RopeTables rope;
-  ops::RopeTables sliding_rope;  // undefined unless sliding layers have their own rope (Gemma 3)
+  ops::RopeTables sliding_rope;  // undefined unless sliding layers have their own rope (Gemma 3, 4)
   at::Tensor segments;           // int64 [B, T]: packed sample of each token, -1 on padding; undefined: one per row
 
   // The tables a layer uses: its own for a sliding layer where there are any.
@@ -46,13 +64,20 @@ struct LayerInputs {
   }
 };
 
+// The model's RMSNorm (Llama's, Gemma 2/3's (1 + w), Gemma 4's); weight undefined: none (Gemma 4).
+at::Tensor model_rms_norm(const ModelConfig& config, const at::Tensor& x, const at::Tensor& weight);
+
 struct DecoderLayer {
   int64_t index = 0;
   at::Tensor input_norm;                                // [H]
   at::Tensor post_attn_norm;                            // [H]; Gemma: on the attention output
   std::optional<at::Tensor> pre_ff_norm, post_ff_norm;  // [H], Gemma
-  std::optional<at::Tensor> q_norm, k_norm;             // [head_dim], Qwen3, Gemma 3
-  LinearLayer q, k, v, o, gate, up, down;
+  std::optional<at::Tensor> q_norm, k_norm;             // [head_dim], Qwen3, Gemma 3 and 4
+  LinearLayer q, k;
+  std::optional<LinearLayer> v;  // absent where the values are k's output (LayerAttention::k_eq_v)
+  LinearLayer o, gate, up, down;
+  at::Tensor layer_scalar;  // [1], Gemma 4; undefined otherwise
+  LayerAttention attention;
   std::optional<int64_t> sliding_window;
 
   // h: [B, T, H] in the compute dtype. Residual adds are out of place (a checkpoint saves h).

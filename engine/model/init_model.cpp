@@ -32,9 +32,27 @@ ModelConfig base_config(Architecture arch,
   c.rms_norm_eps = 1e-6;
   c.rope_theta = arch == Architecture::llama ? 500000.0 : 1000000.0;
   c.qkv_bias = arch == Architecture::qwen2;
-  c.qk_norm = arch == Architecture::qwen3 || arch == Architecture::gemma3;
+  c.qk_norm = arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::gemma4;
   c.sliding_window.assign(layers, std::nullopt);
   if (arch == Architecture::mistral) c.sliding_window.assign(layers, max_pos / 2);
+  if (arch == Architecture::gemma4) {
+    // Gemma4TextConfig with the 26B-A4B's conventions (See Note [Gemma 4 decoder]): one full layer
+    // in six and the last, full layers with heads twice as wide, a quarter of the kv heads (at
+    // least 1) and no v_proj (attention_k_eq_v), proportional rope on them, a final cap of 30.
+    c.gemma = true;
+    c.tie_word_embeddings = true;
+    c.hidden_act = Activation::gelu_tanh;
+    c.final_logit_softcap = 30.0;
+    c.rope_scaling.type = "proportional";
+    c.rope_scaling.partial_rotary_factor = 0.25;
+    c.sliding_rope = RopeParams{10000.0, {}};
+    for (int64_t i = 0; i < layers; ++i) {
+      const bool full = (i + 1) % 6 == 0 || i == layers - 1;
+      if (!full) c.sliding_window[i] = max_pos / 2;
+      c.layer_attention.push_back(full ? LayerAttention{2 * c.head_dim, std::max<int64_t>(1, kv_heads / 4), true}
+                                       : LayerAttention{c.head_dim, kv_heads, false});
+    }
+  }
   if (arch == Architecture::gemma2 || arch == Architecture::gemma3) {
     // Gemma2Config / Gemma3TextConfig: tied, GeGLU, scores scaled by query_pre_attn_scalar^-0.5
     // (here head_dim's, as Gemma 2 27B does); Gemma 2 alternates sliding and full layers and caps
@@ -74,13 +92,14 @@ ModelConfig gemma_shape(Architecture arch,
   for (auto& w : c.sliding_window) {
     if (w) w = window;
   }
+  for (auto& a : c.layer_attention) a.head_dim = a.k_eq_v ? 512 : 256;
   return c;
 }
 
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b"};
+  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b", "gemma4-26b-a4b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
@@ -89,14 +108,17 @@ Architecture architecture_from_name(const std::string& name) {
                  Architecture::qwen2,
                  Architecture::qwen3,
                  Architecture::gemma2,
-                 Architecture::gemma3}) {
+                 Architecture::gemma3,
+                 Architecture::gemma4}) {
     if (architecture_name(a) == name) return a;
   }
   if (name == "gemma3") return Architecture::gemma3;
+  if (name == "gemma4") return Architecture::gemma4;
   TORCH_CHECK(false,
               "architecture '",
               name,
-              "' is not supported; choose llama, mistral, qwen2, qwen3, gemma2 or gemma3 (gemma3_text)");
+              "' is not supported; choose llama, mistral, qwen2, qwen3, gemma2, gemma3 (gemma3_text) or gemma4 "
+              "(gemma4_text)");
 }
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
@@ -125,6 +147,15 @@ ModelConfig preset_config(Architecture arch, const std::string& preset) {
   // Gemma-2-2B and Gemma-3-1B (text) shapes, for plans with a 256k vocabulary and head_dim 256.
   if (preset == "gemma2-2b") return gemma_shape(arch, 256000, 2304, 9216, 26, 8, 4, 8192, 4096);
   if (preset == "gemma3-1b") return gemma_shape(arch, 262144, 1152, 6912, 26, 4, 1, 32768, 512);
+  // Gemma-4-26B-A4B's attention and dense MLP (head_dim 256 / 512 on full layers with 2 kv heads;
+  // reference: its config.json), without the experts: qtrain does not train the MoE block yet.
+  if (preset == "gemma4-26b-a4b") {
+    auto c = gemma_shape(arch, 262144, 2816, 2112, 30, 16, 8, 262144, 1024);
+    for (auto& a : c.layer_attention) {
+      if (a.k_eq_v) a.num_kv_heads = 2;
+    }
+    return c;
+  }
   TORCH_CHECK(false, "model preset '", preset, "' is not known; choose one of: ", c10::Join(", ", preset_names()));
 }
 
@@ -134,14 +165,17 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
   auto normal = [&](std::vector<int64_t> shape) {
     return at::normal(0.0, kInitializerRange, shape, gen, at::TensorOptions().dtype(at::kFloat)).to(dtype);
   };
-  // Gemma's norms scale by (1 + w): transformers initialises them to zeros.
+  // Gemma 2 and 3's norms scale by (1 + w): transformers initialises them to zeros.
+  const bool offset_norms = c.gemma && c.arch != Architecture::gemma4;
   auto norm = [&](int64_t n) {
-    return c.gemma ? at::zeros({n}, at::TensorOptions().dtype(dtype)) : at::ones({n}, at::TensorOptions().dtype(dtype));
+    return offset_norms ? at::zeros({n}, at::TensorOptions().dtype(dtype))
+                        : at::ones({n}, at::TensorOptions().dtype(dtype));
   };
-  const int64_t q_out = c.num_heads * c.head_dim, kv_out = c.num_kv_heads * c.head_dim;
   tensors.emplace_back("model.embed_tokens.weight", normal({c.vocab_size, c.hidden_size}));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto p = "model.layers." + std::to_string(i) + ".";
+    const auto attention = c.attention(i);
+    const int64_t q_out = c.num_heads * attention.head_dim, kv_out = attention.num_kv_heads * attention.head_dim;
     tensors.emplace_back(p + "input_layernorm.weight", norm(c.hidden_size));
     tensors.emplace_back(p + "post_attention_layernorm.weight", norm(c.hidden_size));
     if (c.gemma) {
@@ -155,16 +189,19 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
                                  {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
                                  {"mlp.up_proj", c.intermediate_size, c.hidden_size},
                                  {"mlp.down_proj", c.hidden_size, c.intermediate_size}}) {
+      if (attention.k_eq_v && std::string(name) == "self_attn.v_proj") continue;
       tensors.emplace_back(p + name + ".weight", normal({out, in}));
     }
+    if (c.arch == Architecture::gemma4) tensors.emplace_back(p + "layer_scalar", norm(1));
     if (c.qkv_bias) {
       for (auto [name, out] : {std::pair{"q_proj", q_out}, {"k_proj", kv_out}, {"v_proj", kv_out}}) {
+        if (attention.k_eq_v && std::string(name) == "v_proj") continue;
         tensors.emplace_back(p + "self_attn." + name + ".bias", at::zeros({out}, at::TensorOptions().dtype(dtype)));
       }
     }
     if (c.qk_norm) {
-      tensors.emplace_back(p + "self_attn.q_norm.weight", norm(c.head_dim));
-      tensors.emplace_back(p + "self_attn.k_norm.weight", norm(c.head_dim));
+      tensors.emplace_back(p + "self_attn.q_norm.weight", norm(attention.head_dim));
+      tensors.emplace_back(p + "self_attn.k_norm.weight", norm(attention.head_dim));
     }
   }
   tensors.emplace_back("model.norm.weight", norm(c.hidden_size));

@@ -1,8 +1,8 @@
 // Random Hugging Face model folders: the tiny models the tests and the demo train, and
 // model-shaped stand-ins for benchmarks (nothing is downloaded). Weights are drawn as
 // transformers initialises them (normal(0, initializer_range) for embeddings and linears, ones
-// for norms, zeros for Gemma's (1 + w) norms and for biases) from a seeded generator, and written with config.json so
-// that transformers loads the folder unchanged.
+// for norms and Gemma 4's layer_scalar, zeros for Gemma 2/3's (1 + w) norms and for biases) from a seeded generator,
+// and written with config.json so that transformers loads the folder unchanged.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,8 @@ namespace qtrain::engine::model {
 // Presets by name: "tiny" (2 layers, hidden 64), "demo" (4 layers, hidden 256, the 259-token
 // byte vocabulary of the built-in tokenizer), "small" (8 layers, hidden 512: CPU memory
 // benchmarks), "llama3-8b" (Llama-3-8B shapes, 32 layers, hidden 4096), "gemma2-2b" and
-// "gemma3-1b" (Gemma-2-2B and Gemma-3-1B shapes: head_dim 256, vocabularies of 256000 and 262144).
+// "gemma3-1b" (Gemma-2-2B and Gemma-3-1B shapes: head_dim 256, vocabularies of 256000 and 262144),
+// "gemma4-26b-a4b" (Gemma-4-26B-A4B's attention and dense MLP, without its experts).
 // Any preset takes any architecture's conventions (Gemma: tied, GeGLU, sliding layers, soft-caps).
 // Unknown names are an error listing these.
 ModelConfig preset_config(Architecture arch, const std::string& preset);

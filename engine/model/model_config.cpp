@@ -40,15 +40,26 @@ RopeParams read_rope_params(const nlohmann::json& params,
   r.scaling.low_freq_factor = optional_or<double>(params, "low_freq_factor", 1.0);
   r.scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
   r.scaling.original_max_position_embeddings = optional_or<int64_t>(params, "original_max_position_embeddings", 8192);
-  TORCH_CHECK(type == "default" || type == "linear" || type == "llama3",
+  TORCH_CHECK(type == "default" || type == "linear" || type == "llama3" || type == "proportional",
               source,
               ": rope type '",
               type,
-              "' is not supported; supported: default, linear, llama3");
-  TORCH_CHECK(
-      optional_or<double>(params, "partial_rotary_factor", optional_or<double>(j, "partial_rotary_factor", 1.0)) == 1.0,
-      source,
-      ": partial_rotary_factor other than 1.0 is not supported");
+              "' is not supported; supported: default, linear, llama3, proportional");
+  if (type == "proportional") {
+    // Its own partial_rotary_factor only (_compute_proportional_rope_parameters).
+    r.scaling.partial_rotary_factor = optional_or<double>(params, "partial_rotary_factor", 1.0);
+    TORCH_CHECK(r.scaling.partial_rotary_factor > 0 && r.scaling.partial_rotary_factor <= 1,
+                source,
+                ": partial_rotary_factor must be in (0, 1], got ",
+                r.scaling.partial_rotary_factor);
+  } else {
+    TORCH_CHECK(optional_or<double>(
+                    params, "partial_rotary_factor", optional_or<double>(j, "partial_rotary_factor", 1.0)) == 1.0,
+                source,
+                ": partial_rotary_factor other than 1.0 is not supported for rope type '",
+                type,
+                "'");
+  }
   return r;
 }
 
@@ -99,6 +110,25 @@ void read_gemma3_rope(ModelConfig& c, const nlohmann::json& j, const std::string
 // transformers' Gemma2Config / Gemma3TextConfig defaults for the keys a file leaves out (Hub
 // Gemma 3 text_configs hold only a few keys).
 nlohmann::json gemma_defaults(Architecture arch) {
+  if (arch == Architecture::gemma4) {
+    // Gemma4TextConfig. hidden_size_per_layer_input defaults to 256 (per-layer embeddings), which
+    // the 26B-A4B's file sets to 0 explicitly; global_head_dim is read where it is used.
+    return {{"vocab_size", 262144},
+            {"hidden_size", 2304},
+            {"intermediate_size", 9216},
+            {"num_hidden_layers", 30},
+            {"num_attention_heads", 8},
+            {"num_key_value_heads", 4},
+            {"head_dim", 256},
+            {"max_position_embeddings", 131072},
+            {"rms_norm_eps", 1e-6},
+            {"sliding_window", 512},
+            {"final_logit_softcapping", nullptr},
+            {"hidden_size_per_layer_input", 256},
+            {"num_kv_shared_layers", 0},
+            {"attention_k_eq_v", false},
+            {"enable_moe_block", false}};
+  }
   const bool g2 = arch == Architecture::gemma2;
   return {{"vocab_size", g2 ? 256000 : 262208},
           {"hidden_size", 2304},
@@ -116,9 +146,11 @@ nlohmann::json gemma_defaults(Architecture arch) {
 }
 
 // Without layer_types: Gemma 2 alternates (even layers sliding), Gemma 3 makes every
-// sliding_window_pattern-th layer (default 6) full and the others sliding.
+// sliding_window_pattern-th layer (default 6) full and the others sliding, Gemma 4 every 6th.
 nlohmann::json gemma_layer_types(const ModelConfig& c, const nlohmann::json& j) {
-  const int64_t pattern = c.arch == Architecture::gemma2 ? 2 : optional_or<int64_t>(j, "sliding_window_pattern", 6);
+  const int64_t pattern = c.arch == Architecture::gemma2   ? 2
+                          : c.arch == Architecture::gemma4 ? 6
+                                                           : optional_or<int64_t>(j, "sliding_window_pattern", 6);
   auto types = nlohmann::json::array();
   for (int64_t i = 0; i < c.num_layers; ++i)
     types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
@@ -137,6 +169,23 @@ void read_gemma(ModelConfig& c, const nlohmann::json& j, const std::string& sour
               architecture_name(c.arch),
               "; expected gelu_pytorch_tanh");
   c.hidden_act = Activation::gelu_tanh;
+  auto softcap = [&](const char* key) -> std::optional<double> {
+    if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+    const auto v = j.at(key).get<double>();
+    TORCH_CHECK(v > 0, source, ": ", key, " must be positive or null, got ", v);
+    return v;
+  };
+  c.final_logit_softcap = softcap("final_logit_softcapping");
+  if (c.arch == Architecture::gemma4) {
+    // "vision" makes image tokens see each other; text stays causal.
+    const auto bidirectional = j.value("use_bidirectional_attention", nlohmann::json(nullptr));
+    TORCH_CHECK(bidirectional.is_null() || bidirectional == "vision",
+                source,
+                ": use_bidirectional_attention ",
+                bidirectional.dump(),
+                " is not supported; qtrain trains causal decoders (set it to null)");
+    return;
+  }
   TORCH_CHECK(!optional_or<bool>(j, "use_bidirectional_attention", false),
               source,
               ": use_bidirectional_attention is not supported; qtrain trains causal decoders (set it to false)");
@@ -147,14 +196,133 @@ void read_gemma(ModelConfig& c, const nlohmann::json& j, const std::string& sour
               *c.query_pre_attn_scalar);
   TORCH_CHECK(
       *c.query_pre_attn_scalar > 0, source, ": query_pre_attn_scalar must be positive, got ", *c.query_pre_attn_scalar);
-  auto softcap = [&](const char* key) -> std::optional<double> {
-    if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
-    const auto v = j.at(key).get<double>();
-    TORCH_CHECK(v > 0, source, ": ", key, " must be positive or null, got ", v);
-    return v;
-  };
-  c.final_logit_softcap = softcap("final_logit_softcapping");
   if (c.arch == Architecture::gemma2) c.attn_logit_softcap = softcap("attn_logit_softcapping");
+}
+
+// What Gemma 4 has that qtrain does not train yet, refused by name (Gemma4TextConfig's keys: `j`
+// with gemma_defaults filled in, `file` as written).
+void check_gemma4_supported(const nlohmann::json& j, const nlohmann::json& file, const std::string& source) {
+  const auto ple = optional_or<int64_t>(j, "hidden_size_per_layer_input", 0);
+  TORCH_CHECK(ple == 0,
+              source,
+              ": hidden_size_per_layer_input is ",
+              ple,
+              (file.contains("hidden_size_per_layer_input") ? "" : " (transformers' default when the key is missing)"),
+              ": per-layer embeddings (Gemma 4 E2B/E4B) are not supported. A checkpoint without "
+              "embed_tokens_per_layer (26B-A4B, 31B) says hidden_size_per_layer_input: 0");
+  const auto shared = optional_or<int64_t>(j, "num_kv_shared_layers", 0);
+  TORCH_CHECK(shared == 0,
+              source,
+              ": num_kv_shared_layers is ",
+              shared,
+              ": layers that reuse another layer's keys and values (Gemma 4 E2B/E4B) are not supported");
+  TORCH_CHECK(!optional_or<bool>(j, "enable_moe_block", false),
+              source,
+              ": enable_moe_block is true: the Gemma 4 mixture-of-experts block (router and experts beside the "
+              "dense MLP) is not supported yet");
+}
+
+// Gemma 4's rope per layer type (Gemma4TextRotaryEmbedding): rope_parameters.{sliding_attention,
+// full_attention}, by default the 26B-A4B's (sliding: default, theta 1e4; full: proportional with
+// partial_rotary_factor 0.25, theta 1e6). The full layers' rope is rope_theta / rope_scaling.
+void read_gemma4_rope(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  nlohmann::json params = {
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}},
+      {"full_attention", {{"rope_type", "proportional"}, {"partial_rotary_factor", 0.25}, {"rope_theta", 1e6}}}};
+  if (j.contains("rope_parameters") && !j.at("rope_parameters").is_null()) params = j.at("rope_parameters");
+  auto kind = [&](const char* type, double theta) {
+    TORCH_CHECK(params.is_object() && params.contains(type) && params.at(type).is_object(),
+                source,
+                ": rope_parameters has no '",
+                type,
+                "' object; Gemma 4 needs one per layer type ({\"sliding_attention\": {...}, \"full_attention\": "
+                "{...}}), got ",
+                params.dump());
+    return read_rope_params(params.at(type), j, theta, source);
+  };
+  const auto full = kind("full_attention", 1e6);
+  c.rope_theta = full.theta;
+  c.rope_scaling = full.scaling;
+  c.sliding_rope = kind("sliding_attention", 1e4);
+}
+
+// Gemma 4's per-layer attention shapes, after the layer kinds are known. Two spellings: the Hub
+// file's global_head_dim (default 512) for every full layer and, with attention_k_eq_v,
+// num_global_key_value_heads; or what transformers 5 re-saves instead, per_layer_config
+// {"05": {"head_dim": 512, "num_key_value_heads": 2}, ...} (Gemma4TextConfig.__post_init__).
+// With attention_k_eq_v, full layers have no v_proj either way.
+void read_gemma4_attention(ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  const bool k_eq_v = optional_or<bool>(j, "attention_k_eq_v", false);
+  std::vector<nlohmann::json> overrides(c.num_layers, nlohmann::json::object());
+  if (j.contains("per_layer_config") && !j.at("per_layer_config").is_null()) {
+    const auto& per_layer = j.at("per_layer_config");
+    TORCH_CHECK(per_layer.is_object(), source, ": per_layer_config must be an object, got ", per_layer.dump());
+    for (const auto& [key, value] : per_layer.items()) {
+      const bool index = !key.empty() && key.size() < 10 && key.find_first_not_of("0123456789") == std::string::npos;
+      TORCH_CHECK(index && std::stoll(key) < c.num_layers,
+                  source,
+                  ": per_layer_config key '",
+                  key,
+                  "' is not a layer index below num_hidden_layers ",
+                  c.num_layers);
+      TORCH_CHECK(value.is_object(), source, ": per_layer_config[\"", key, "\"] must be an object");
+      for (const auto& [attr, v] : value.items()) {
+        TORCH_CHECK(attr == "head_dim" || attr == "num_key_value_heads",
+                    source,
+                    ": per_layer_config[\"",
+                    key,
+                    "\"] sets '",
+                    attr,
+                    "'; qtrain supports per-layer head_dim and num_key_value_heads only");
+        TORCH_CHECK(v.is_number_integer(), source, ": per_layer_config[\"", key, "\"].", attr, " must be an integer");
+      }
+      overrides[std::stoll(key)] = value;
+    }
+  } else {
+    nlohmann::json full = {{"head_dim", optional_or<int64_t>(j, "global_head_dim", 512)}};
+    if (k_eq_v && j.contains("num_global_key_value_heads") && !j.at("num_global_key_value_heads").is_null()) {
+      full["num_key_value_heads"] = j.at("num_global_key_value_heads");
+    }
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (!c.sliding_window[i]) overrides[i] = full;
+    }
+  }
+  c.layer_attention.clear();
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const bool full = !c.sliding_window[i];
+    LayerAttention a{optional_or<int64_t>(overrides[i], "head_dim", c.head_dim),
+                     optional_or<int64_t>(overrides[i], "num_key_value_heads", c.num_kv_heads),
+                     k_eq_v && full};
+    TORCH_CHECK(a.head_dim > 0 && a.head_dim % 2 == 0,
+                source,
+                ": layer ",
+                i,
+                " has head_dim ",
+                a.head_dim,
+                "; it must be even and positive (global_head_dim or per_layer_config)");
+    TORCH_CHECK(a.num_kv_heads > 0 && c.num_heads % a.num_kv_heads == 0,
+                source,
+                ": layer ",
+                i,
+                " has ",
+                a.num_kv_heads,
+                " key/value heads, not a divisor of num_attention_heads ",
+                c.num_heads);
+    // One rope table per layer kind, as transformers requires (_PerLayerConfigView by layer type).
+    for (int64_t k = 0; k < i; ++k) {
+      TORCH_CHECK(c.sliding_window[k].has_value() == full || c.layer_attention[k] == a,
+                  source,
+                  ": layers ",
+                  k,
+                  " and ",
+                  i,
+                  " are both ",
+                  full ? "full" : "sliding",
+                  "_attention but have different head_dim or num_key_value_heads; every layer of one kind must "
+                  "have the same");
+    }
+    c.layer_attention.push_back(a);
+  }
 }
 
 }  // namespace
@@ -173,6 +341,8 @@ std::string architecture_name(Architecture arch) {
       return "gemma2";
     case Architecture::gemma3:
       return "gemma3_text";
+    case Architecture::gemma4:
+      return "gemma4_text";
   }
   return "?";
 }
@@ -197,6 +367,21 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     inner.final_logit_softcap = std::nullopt;
     return inner;
   }
+  if (file.contains("model_type") && file.at("model_type") == "gemma4") {
+    // Gemma4ForConditionalGeneration: the decoder's config is text_config, its tensors under
+    // model.language_model. on disk as in memory, no lm_head stored (tied, default true); its
+    // forward caps the logits as Gemma4ForCausalLM does.
+    TORCH_CHECK(file.contains("text_config") && file.at("text_config").is_object(),
+                source,
+                ": a gemma4 (multimodal) config needs a text_config object for its language model");
+    auto text = file.at("text_config");
+    text["model_type"] = "gemma4_text";
+    text["tie_word_embeddings"] = optional_or<bool>(file, "tie_word_embeddings", true);
+    auto inner = from_json(text, source + " text_config");
+    inner.raw = file;
+    inner.weight_prefix = "model.language_model.";
+    return inner;
+  }
   const auto type = required<std::string>(file, "model_type", source);
   if (type == "llama") {
     c.arch = Architecture::llama;
@@ -210,14 +395,17 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     c.arch = Architecture::gemma2;
   } else if (type == "gemma3_text") {
     c.arch = Architecture::gemma3;
+  } else if (type == "gemma4_text") {
+    c.arch = Architecture::gemma4;
   } else {
     TORCH_CHECK(false,
                 source,
                 ": model_type '",
                 type,
-                "' is not supported; supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3");
+                "' is not supported; supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, "
+                "gemma4_text, gemma4");
   }
-  c.gemma = c.arch == Architecture::gemma2 || c.arch == Architecture::gemma3;
+  c.gemma = c.arch == Architecture::gemma2 || c.arch == Architecture::gemma3 || c.arch == Architecture::gemma4;
   nlohmann::json completed;
   if (c.gemma) {
     completed = gemma_defaults(c.arch);
@@ -238,7 +426,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   c.qkv_bias = c.arch == Architecture::qwen2 || attention_bias;
   c.o_bias = c.arch != Architecture::qwen2 && attention_bias;
   c.mlp_bias = optional_or<bool>(j, "mlp_bias", false);
-  c.qk_norm = c.arch == Architecture::qwen3 || c.arch == Architecture::gemma3;
+  c.qk_norm = c.arch == Architecture::qwen3 || c.arch == Architecture::gemma3 || c.arch == Architecture::gemma4;
+  if (c.arch == Architecture::gemma4) check_gemma4_supported(j, file, source);
   if (c.gemma) {
     read_gemma(c, j, source);
   } else {
@@ -263,6 +452,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   TORCH_CHECK(c.head_dim % 2 == 0, source, ": head_dim ", c.head_dim, " must be even for rotary embeddings");
   if (c.arch == Architecture::gemma3) {
     read_gemma3_rope(c, j, source);
+  } else if (c.arch == Architecture::gemma4) {
+    read_gemma4_rope(c, j, source);
   } else {
     read_rope(c, j, source);
   }
@@ -271,9 +462,11 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   // use_sliding_window, on layers >= max_window_layers; layer_types wins where present.
   c.sliding_window.assign(c.num_layers, std::nullopt);
   const auto window = optional_or<int64_t>(j, "sliding_window", 0);
-  const auto types = j.contains("layer_types") && j.at("layer_types").is_array() ? j.at("layer_types")
-                     : c.gemma                                                   ? gemma_layer_types(c, j)
-                                                                                 : nlohmann::json();
+  auto types = j.contains("layer_types") && j.at("layer_types").is_array() ? j.at("layer_types")
+               : c.gemma                                                   ? gemma_layer_types(c, j)
+                                                                           : nlohmann::json();
+  // Gemma4TextConfig makes the last layer full_attention whatever layer_types says (a warning).
+  if (c.arch == Architecture::gemma4 && !types.empty()) types.back() = "full_attention";
   if (types.is_array()) {
     TORCH_CHECK(static_cast<int64_t>(types.size()) == c.num_layers,
                 source,
@@ -302,7 +495,15 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     const int64_t first = qwen ? optional_or<int64_t>(j, "max_window_layers", c.num_layers) : 0;
     for (int64_t i = first; on && i < c.num_layers; ++i) c.sliding_window[i] = window;
   }
+  if (c.arch == Architecture::gemma4) read_gemma4_attention(c, j, source);
   return c;
+}
+
+int64_t ModelConfig::rope_head_dim(bool sliding) const {
+  for (int64_t i = 0; i < num_layers && i < static_cast<int64_t>(sliding_window.size()); ++i) {
+    if (sliding_window[i].has_value() == sliding) return attention(i).head_dim;
+  }
+  return head_dim;
 }
 
 nlohmann::json ModelConfig::to_json() const {
@@ -312,7 +513,8 @@ nlohmann::json ModelConfig::to_json() const {
                                   "Qwen2ForCausalLM",
                                   "Qwen3ForCausalLM",
                                   "Gemma2ForCausalLM",
-                                  "Gemma3ForCausalLM"};
+                                  "Gemma3ForCausalLM",
+                                  "Gemma4ForCausalLM"};
   nlohmann::json j;
   j["architectures"] = {classes[static_cast<int>(arch)]};
   j["model_type"] = architecture_name(arch);
@@ -330,6 +532,7 @@ nlohmann::json ModelConfig::to_json() const {
   auto rope_json = [](const RopeParams& r) {
     nlohmann::json rope = {{"rope_theta", r.theta}, {"rope_type", r.scaling.type}};
     if (r.scaling.type != "default") rope["factor"] = r.scaling.factor;
+    if (r.scaling.type == "proportional") rope["partial_rotary_factor"] = r.scaling.partial_rotary_factor;
     if (r.scaling.type == "llama3") {
       rope["low_freq_factor"] = r.scaling.low_freq_factor;
       rope["high_freq_factor"] = r.scaling.high_freq_factor;
@@ -338,12 +541,31 @@ nlohmann::json ModelConfig::to_json() const {
     return rope;
   };
   const RopeParams global{rope_theta, rope_scaling};
-  if (gemma) {
-    j["hidden_activation"] = "gelu_pytorch_tanh";
+  if (arch == Architecture::gemma4) {
+    // The spelling transformers re-saves (per_layer_config for the layers whose shape differs),
+    // and no per-layer embeddings, KV sharing or experts.
+    nlohmann::json per_layer = nlohmann::json::object();
+    bool k_eq_v = false;
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const auto a = attention(i);
+      k_eq_v = k_eq_v || a.k_eq_v;
+      if (a.head_dim != head_dim || a.num_kv_heads != num_kv_heads) {
+        per_layer[std::to_string(i)] = {{"head_dim", a.head_dim}, {"num_key_value_heads", a.num_kv_heads}};
+      }
+    }
+    j["per_layer_config"] = per_layer;
+    j["attention_k_eq_v"] = k_eq_v;
+    j["hidden_size_per_layer_input"] = 0;
+    j["num_kv_shared_layers"] = 0;
+    j["enable_moe_block"] = false;
+  } else if (gemma) {
     // An int in transformers' strict Gemma configs.
     j["query_pre_attn_scalar"] = std::llround(query_pre_attn_scalar.value_or(256.0));
-    j["final_logit_softcapping"] = final_logit_softcap ? nlohmann::json(*final_logit_softcap) : nlohmann::json(nullptr);
     j["attn_logit_softcapping"] = attn_logit_softcap ? nlohmann::json(*attn_logit_softcap) : nlohmann::json(nullptr);
+  }
+  if (gemma) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+    j["final_logit_softcapping"] = final_logit_softcap ? nlohmann::json(*final_logit_softcap) : nlohmann::json(nullptr);
     auto types = nlohmann::json::array();
     j["sliding_window"] = nullptr;
     for (const auto& w : sliding_window) {

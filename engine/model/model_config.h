@@ -1,8 +1,8 @@
 // A decoder model's shape and conventions, read from a Hugging Face config.json. Normalises the
 // differences between transformers v4 and v5 files (rope_theta/rope_scaling vs rope_parameters,
 // missing head_dim or num_key_value_heads) and between families (Mistral's window, Qwen3's q/k
-// norms, Gemma's norms, soft-caps and per-layer-type rope), as transformers' configuration classes
-// read them.
+// norms, Gemma's norms, soft-caps and per-layer-type rope, Gemma 4's per-layer attention shapes),
+// as transformers' configuration classes read them.
 #pragma once
 
 #include <optional>
@@ -16,10 +16,12 @@
 namespace qtrain::engine::model {
 
 // gemma3 is the text decoder of Gemma 3 (model_type gemma3_text, Gemma3ForCausalLM), also read
-// from the text_config of a multimodal gemma3 (Gemma3ForConditionalGeneration) folder.
-enum class Architecture { llama, mistral, qwen2, qwen3, gemma2, gemma3 };
+// from the text_config of a multimodal gemma3 (Gemma3ForConditionalGeneration) folder; gemma4
+// likewise (gemma4_text, Gemma4ForCausalLM; gemma4, Gemma4ForConditionalGeneration).
+enum class Architecture { llama, mistral, qwen2, qwen3, gemma2, gemma3, gemma4 };
 
-// The model_type transformers writes: llama, mistral, qwen2, qwen3, gemma2, gemma3_text.
+// The model_type transformers writes: llama, mistral, qwen2, qwen3, gemma2, gemma3_text,
+// gemma4_text.
 std::string architecture_name(Architecture arch);
 
 enum class Activation { silu, gelu_tanh };  // the MLP's gate: SwiGLU or Gemma's GeGLU (tanh GELU)
@@ -28,6 +30,15 @@ enum class Activation { silu, gelu_tanh };  // the MLP's gate: SwiGLU or Gemma's
 struct RopeParams {
   double theta = 10000.0;
   ops::RopeScaling scaling;
+};
+
+// One layer's attention shape. Gemma 4's full-attention layers differ from its sliding ones:
+// global_head_dim wide heads, their own kv head count, and with attention_k_eq_v no v_proj.
+struct LayerAttention {
+  int64_t head_dim = 0;
+  int64_t num_kv_heads = 0;
+  bool k_eq_v = false;  // values are the raw k_proj output (See Note [Gemma 4 decoder] in decoder_layer.h)
+  bool operator==(const LayerAttention&) const = default;
 };
 
 struct ModelConfig {
@@ -39,6 +50,8 @@ struct ModelConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  // Per layer where layers differ (Gemma 4); empty: every layer has head_dim and num_kv_heads.
+  std::vector<LayerAttention> layer_attention;
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
@@ -57,12 +70,21 @@ struct ModelConfig {
   std::optional<double> query_pre_attn_scalar;  // attention scale = this^-0.5 (default head_dim^-0.5)
   std::optional<double> attn_logit_softcap;     // Gemma 2 (50)
   std::optional<double> final_logit_softcap;    // Gemma 2 (30)
-  std::optional<RopeParams> sliding_rope;       // Gemma 3: sliding layers' rope (rope_local_base_freq)
+  std::optional<RopeParams> sliding_rope;       // Gemma 3 and 4: sliding layers' rope
+  // Gemma 4 (See Note [Gemma 4 decoder]) has besides the Gemma conventions plain-w norms, a
+  // weightless v norm, attention scale 1, a layer_scalar per layer and per-layer shapes (above).
   // The decoder's tensor names start with this: "model." (…ForCausalLM), or
-  // "model.language_model." for a multimodal Gemma 3 (see Note [Multimodal Gemma 3 tensor names]
-  // in causal_lm.cpp for how its checkpoint spells them).
+  // "model.language_model." for a multimodal Gemma 3 or 4 (see Note [Multimodal Gemma 3 tensor
+  // names] in causal_lm.cpp for how a Gemma 3 checkpoint spells them; Gemma 4's spells them so).
   std::string weight_prefix = "model.";
   nlohmann::json raw;  // the file as read, for writing it back unchanged
+
+  LayerAttention attention(int64_t layer) const {
+    return layer_attention.empty() ? LayerAttention{head_dim, num_kv_heads, false} : layer_attention.at(layer);
+  }
+
+  // The head_dim the rope of one kind of layer rotates (Gemma 4: the full layers' is wider).
+  int64_t rope_head_dim(bool sliding) const;
 
   // `source` names the file in error messages.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);

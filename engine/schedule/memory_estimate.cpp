@@ -18,10 +18,12 @@ namespace {
 // Counted from the code of a training forward (engine/model/decoder_layer.cpp, linear_layer.cpp,
 // engine/lora/lora_linear.cpp, ops/nn/*, ops/linear_*) and from what each autograd node of
 // libtorch saves; N = micro_batch_size * sequence_len tokens, s = bytes of the compute dtype,
-// H hidden, I intermediate, qd = heads * head_dim, kvd = kv_heads * head_dim, r the LoRA rank.
+// H hidden, I intermediate, qd = heads * head_dim, kvd = kv_heads * head_dim (the layer's own:
+// Gemma 4's full layers differ), r the LoRA rank.
 // Per layer that is not checkpointed:
 // - each RMSNorm: its input in float32 (pow and mul save it) and the rsqrt per row: N (4H + 4);
-//   Qwen3's and Gemma 3's q/k norms the same over q and k. Gemma has four per layer (the (1 + w)
+//   Qwen3's and Gemma 3's q/k norms the same over q and k, Gemma 4's weightless v norm over v.
+//   Gemma has four per layer (the (1 + w)
 //   multiply saves nothing more: w is frozen). The first layer's input norm saves nothing: the
 //   embedding output needs no gradient (the embeddings are frozen);
 // - a base linear (dense, 4-bit or int8) saves no activation: its weight does not require grad
@@ -53,8 +55,8 @@ namespace {
 // largest dequantized weight. These transients are an estimate, not a measurement.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
 // (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
-// batch (4 int64 [B, T] tensors on the device). Gemma 3 has a second pair of rope tables (its
-// sliding layers' own).
+// batch (4 int64 [B, T] tensors on the device). Gemma 3 and 4 have a second pair of rope tables
+// (their sliding layers' own, Gemma 4's of another head_dim).
 
 // qtrain's double quantization nests absmax in blocks of 256 (ops::quantize_4bit; bitsandbytes'
 // pre-quantized checkpoints use the same).
@@ -71,14 +73,16 @@ struct Linear {
   const char* module;  // after "model.layers.<i>."
   int64_t out;
   int64_t in;
+  bool present = true;  // v_proj is absent on Gemma 4's k_eq_v layers
 };
 
-// The seven linears of a decoder layer, in blob order.
-std::array<Linear, 7> layer_linears(const model::ModelConfig& c) {
-  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
+// The seven linears of decoder layer `layer`, in blob order.
+std::array<Linear, 7> layer_linears(const model::ModelConfig& c, int64_t layer) {
+  const auto a = c.attention(layer);
+  const int64_t qd = c.num_heads * a.head_dim, kvd = a.num_kv_heads * a.head_dim;
   return {{{"self_attn.q_proj", qd, c.hidden_size},
            {"self_attn.k_proj", kvd, c.hidden_size},
-           {"self_attn.v_proj", kvd, c.hidden_size},
+           {"self_attn.v_proj", kvd, c.hidden_size, !a.k_eq_v},
            {"self_attn.o_proj", c.hidden_size, qd},
            {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
            {"mlp.up_proj", c.intermediate_size, c.hidden_size},
@@ -126,11 +130,15 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
-  const auto linears = layer_linears(c);
+  const auto attention = c.attention(layer);
+  const int64_t kv_heads = attention.num_kv_heads;
+  const int64_t qd = c.num_heads * attention.head_dim, kvd = kv_heads * attention.head_dim;
+  const auto linears = layer_linears(c, layer);
   std::array<int64_t, 7> adapted{};
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  for (size_t j = 0; j < linears.size(); ++j) adapted[j] = shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  for (size_t j = 0; j < linears.size(); ++j) {
+    adapted[j] = linears[j].present && shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  }
 
   const auto& window = c.sliding_window.at(layer);
   const bool windowed = window && *window < T;
@@ -138,14 +146,15 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   // The boolean mask converted to the compute dtype: per row with segments, else one [T, T].
   const int64_t mask_bytes = !masked ? 0 : (shape.segment_mask ? B : 1) * T * T * s;
   // k and v as the kernel keeps them: expanded to every query head when masked on CUDA.
-  const bool expanded = masked && shape.device == c10::DeviceType::CUDA && c.num_heads != c.num_kv_heads;
+  const bool expanded = masked && shape.device == c10::DeviceType::CUDA && c.num_heads != kv_heads;
   const int64_t kv_kept = expanded ? qd : kvd;
 
   offload::LayerCost cost;
   cost.saved_checkpointed = N * H * s;
   const int64_t norms = c.gemma ? 4 : 2;
   int64_t saved = (layer == 0 ? norms - 1 : norms) * N * (H * 4 + 4);  // the RMSNorms
-  if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + c.num_kv_heads) * 4;
+  if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + kv_heads) * 4;
+  if (c.arch == model::Architecture::gemma4) saved += N * kvd * 4 + N * kv_heads * 4;  // v norm
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
   saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
@@ -173,10 +182,12 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 }  // namespace
 
 std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
+                                         int64_t layer,
                                          const model::QuantSpec& quant,
                                          at::ScalarType dtype) {
   std::vector<int64_t> out;
-  for (const Linear& l : layer_linears(config)) {
+  for (const Linear& l : layer_linears(config, layer)) {
+    if (!l.present) continue;
     const int64_t n = l.out * l.in;
     if (is_4bit(quant)) {
       const int64_t blocks = ceil_div(n, quant.blocksize);
@@ -218,34 +229,38 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
-  const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
 
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
   if (shape.optimizer_8bit) in.lora_what = "float32, AdamW moments in 8 bits";
-  const int64_t blob = offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype));
-  int64_t per_layer_resident = (c.gemma ? 4 : 2) * H;  // input and post-attention (Gemma: and feed-forward) norms
-  if (c.qk_norm) per_layer_resident += 2 * c.head_dim;
-  if (c.qkv_bias) per_layer_resident += qd + 2 * kvd;
-  if (c.o_bias) per_layer_resident += H;
-  if (c.mlp_bias) per_layer_resident += 2 * I + H;
-  // Embeddings, the output head unless tied, the final norm, the per-layer norms and biases (all
-  // in the compute dtype) and the float32 rope frequencies.
-  const int64_t rope_kinds = c.sliding_rope ? 2 : 1;
-  in.fixed_bytes = ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident) * s +
-                   rope_kinds * c.head_dim / 2 * 4;
+  // The per-layer norms, layer_scalar and biases (all in the compute dtype).
+  int64_t layers_resident = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const auto a = c.attention(i);
+    const int64_t qd = c.num_heads * a.head_dim, kvd = a.num_kv_heads * a.head_dim;
+    layers_resident += (c.gemma ? 4 : 2) * H;  // input and post-attention (Gemma: and feed-forward) norms
+    if (c.qk_norm) layers_resident += 2 * a.head_dim;
+    if (c.arch == model::Architecture::gemma4) layers_resident += 1;  // layer_scalar
+    if (c.qkv_bias) layers_resident += qd + (a.k_eq_v ? 1 : 2) * kvd;
+    if (c.o_bias) layers_resident += H;
+    if (c.mlp_bias) layers_resident += 2 * I + H;
+  }
+  // Embeddings, the output head unless tied, the final norm, the layers' resident tensors (all in
+  // the compute dtype) and the float32 rope frequencies of each kind of layer.
+  const int64_t rope_dims = c.rope_head_dim(false) + (c.sliding_rope ? c.rope_head_dim(true) : 0);
+  in.fixed_bytes = ((c.tie_word_embeddings ? 1 : 2) * V * H + H + layers_resident) * s + rope_dims / 2 * 4;
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     offload::LayerCost cost = layer_cost(c, shape, i);
-    cost.blob_bytes = blob;
+    cost.blob_bytes = offload::blob_bytes(layer_weight_nbytes(c, i, shape.quant, shape.dtype));
     cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
                         (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
     in.layers.push_back(cost);
     // Weights and gradients in float32; AdamW's two moments in float32, or 8-bit blockwise per
     // tensor (A [r, in] and B [out, r] each) when the optimizer is 8-bit.
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    for (const Linear& l : layer_linears(c)) {
-      if (!shape.lora.targets(prefix + l.module)) continue;
+    for (const Linear& l : layer_linears(c, i)) {
+      if (!l.present || !shape.lora.targets(prefix + l.module)) continue;
       const int64_t a = shape.lora.r * l.in, b = shape.lora.r * l.out;
       in.lora_bytes +=
           (a + b) * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(a) + ops::adam_8bit_moments_nbytes(b)
@@ -254,8 +269,7 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   }
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
-  in.saved_outside_layers =
-      N * (H * 4 + 4) + N * H * s + N * 8 + rope_kinds * 2 * rope_rows * T * c.head_dim * s + 4 * N * 8;
+  in.saved_outside_layers = N * (H * 4 + 4) + N * H * s + N * 8 + 2 * rope_rows * T * rope_dims * s + 4 * N * 8;
   // One chunk of logits: in the compute dtype and in float32, and up to three float32 temporaries
   // (log-sum-exp in forward; softmax, mask and scale in backward), and the gradient of the loss's
   // input [N, H].

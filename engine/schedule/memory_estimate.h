@@ -41,12 +41,14 @@ struct MemoryShape {
   bool optimizer_8bit = false;
 };
 
-// The byte sizes of one decoder layer's base weights as qtrain stores them, in blob order: q, k,
-// v, o, gate, up, down, each as its stored tensors: a dense weight [out, in] in `dtype`; 4-bit:
-// packed codes uint8 [(n + 1) / 2], then absmax float32 [blocks], or with double quantization
-// qabsmax uint8 [blocks], absmax2 float32 [ceil(blocks / 256)], code float32 [256]; int8: CB
-// int8 [out, in], SCB float32 [out]. Biases are not part of it (they stay resident).
+// The byte sizes of decoder layer `layer`'s base weights as qtrain stores them, in blob order: q,
+// k, v (absent where the layer has none: Gemma 4's k_eq_v), o, gate, up, down, each as its stored
+// tensors: a dense weight [out, in] in `dtype`; 4-bit: packed codes uint8 [(n + 1) / 2], then
+// absmax float32 [blocks], or with double quantization qabsmax uint8 [blocks], absmax2 float32
+// [ceil(blocks / 256)], code float32 [256]; int8: CB int8 [out, in], SCB float32 [out]. Biases are
+// not part of it (they stay resident).
 std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
+                                         int64_t layer,
                                          const model::QuantSpec& quant,
                                          at::ScalarType dtype);
 

@@ -33,4 +33,14 @@ at::Tensor gemma_rms_norm(const at::Tensor& x, const at::Tensor& weight, double 
   return (normalized(x, eps) * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
 }
 
+at::Tensor gemma4_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  const auto xf = x.to(at::kFloat);
+  auto y = xf * at::pow(xf.pow(2).mean(-1, /*keepdim=*/true) + eps, -0.5);
+  if (weight.defined()) {
+    check_weight(x, weight);
+    y = y * weight.to(at::kFloat);
+  }
+  return y.to(x.scalar_type());
+}
+
 }  // namespace qtrain::ops

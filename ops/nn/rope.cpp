@@ -14,10 +14,19 @@ at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& s) {
   auto inv_freq = 1.0 / at::pow(at::scalar_tensor(theta, at::kFloat), exponent);
   if (s.type == "default") return inv_freq;
   if (s.type == "linear") return inv_freq / s.factor;
+  if (s.type == "proportional") {
+    // _compute_proportional_rope_parameters: int(p * dim // 2) rotated frequencies, exponents
+    // over the full dim, zeros for the rest.
+    TORCH_CHECK(s.partial_rotary_factor > 0 && s.partial_rotary_factor <= 1,
+                "rope: partial_rotary_factor must be in (0, 1], got ",
+                s.partial_rotary_factor);
+    const auto rotated = static_cast<int64_t>(std::floor(s.partial_rotary_factor * static_cast<double>(dim) / 2));
+    return at::cat({inv_freq.narrow(0, 0, rotated), at::zeros({dim / 2 - rotated}, inv_freq.options())}) / s.factor;
+  }
   TORCH_CHECK(s.type == "llama3",
               "rope_scaling type '",
               s.type,
-              "' is not supported; supported types are default, linear and llama3");
+              "' is not supported; supported types are default, linear, llama3 and proportional");
   // transformers' _compute_llama3_parameters.
   const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
   const double low_wl = old_ctx / s.low_freq_factor;

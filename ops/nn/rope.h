@@ -12,14 +12,19 @@ namespace qtrain::ops {
 
 // The frequency scalings qtrain supports (transformers' rope types).
 struct RopeScaling {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | proportional
   double factor = 1.0;
+  // proportional (Gemma 4's full layers): the first int(partial_rotary_factor * dim / 2)
+  // frequencies as "default" computes them over the whole dim, the others 0 (those dimension
+  // pairs are not rotated); all divided by factor.
+  double partial_rotary_factor = 1.0;
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
-// inv_freq[j] = 1 / theta^(2j / dim), j < dim/2, float32, then scaled by `scaling`.
+// inv_freq[j] = 1 / theta^(2j / dim), j < dim/2, float32, then scaled by `scaling`
+// (transformers' modeling_rope_utils.py: ROPE_INIT_FUNCTIONS).
 at::Tensor rope_inv_freq(int64_t dim, double theta, const RopeScaling& scaling);
 
 struct RopeTables {

@@ -1,8 +1,9 @@
 // Gemma configs as transformers reads files it did not write itself (Hub-style Gemma 2, Gemma 3
-// 1B and the multimodal Gemma 3 4B config, scripts/reference/model_reference.py): layer kinds,
-// window, head_dim, scalars and the rope frequencies of each layer kind; and a tiny multimodal
-// Gemma 3 folder, whose decoder qtrain reads from under its language_model prefix, against
-// transformers' text-only logits and loss.
+// 1B and the multimodal Gemma 3 4B config, scripts/reference/model_reference.py; Gemma 4's three
+// spellings, scripts/reference/gemma4_reference.py): layer kinds, window, head_dim, scalars and
+// the rope frequencies of each layer kind; and tiny multimodal Gemma 3 and 4 folders, whose
+// decoder qtrain reads from under its language_model prefix, against transformers' text-only
+// logits and loss.
 #include "engine/model/model_config.h"
 
 #include <cmath>
@@ -11,7 +12,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/io/peft_adapter.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "tests/reference.h"
 
@@ -88,6 +91,128 @@ TEST(GemmaMultimodal, TheLanguageModelOfAGemma3ForConditionalGenerationMatchesTr
   EXPECT_LT(((logits - want).abs().max() / want.abs().max()).item<double>(), 2e-5);
   const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
   EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("loss").item<double>(), 2e-6);
+}
+
+// Gemma 4 configs as transformers reads them (scripts/reference/gemma4_reference.py): the Hub
+// file's global_head_dim form, transformers' re-saved per_layer_config form and a multimodal
+// gemma4 with text_config give each layer's kind, head_dim, kv heads and v_proj presence, and the
+// rope frequencies of each kind, bit for bit.
+class Gemma4Config : public testing::TestWithParam<std::string> {};
+
+TEST_P(Gemma4Config, ReadsWhatTransformersReads) {
+  const auto& name = GetParam();
+  const auto dir = test::model_fixture("gemma4_configs");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  std::ifstream f(dir / name / "config.json");
+  const auto c = ModelConfig::from_json(nlohmann::json::parse(f), name);
+  EXPECT_EQ(c.arch, Architecture::gemma4);
+  const auto sliding = ref.tensor(name + ".sliding"), head_dim = ref.tensor(name + ".head_dim");
+  const auto kv_heads = ref.tensor(name + ".kv_heads"), k_eq_v = ref.tensor(name + ".k_eq_v");
+  const auto s = ref.tensor(name + ".scalars");
+  ASSERT_EQ(c.num_layers, sliding.size(0));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    EXPECT_EQ(c.sliding_window[i],
+              sliding[i].item<int64_t>() ? std::optional<int64_t>(s[0].item<int64_t>()) : std::nullopt)
+        << "layer " << i;
+    EXPECT_EQ(c.attention(i).head_dim, head_dim[i].item<int64_t>()) << "layer " << i;
+    EXPECT_EQ(c.attention(i).num_kv_heads, kv_heads[i].item<int64_t>()) << "layer " << i;
+    EXPECT_EQ(c.attention(i).k_eq_v, k_eq_v[i].item<int64_t>() != 0) << "layer " << i;
+  }
+  auto cap = [](double v) { return std::isnan(v) ? std::nullopt : std::optional<double>(v); };
+  EXPECT_EQ(c.final_logit_softcap, cap(s[1].item<double>()));
+  EXPECT_EQ(c.vocab_size, s[2].item<int64_t>());
+  EXPECT_EQ(c.num_heads, s[3].item<int64_t>());
+  EXPECT_EQ(c.tie_word_embeddings, s[4].item<double>() != 0);
+  EXPECT_EQ(c.weight_prefix, name == "gemma4_multimodal" ? "model.language_model." : "model.");
+  EXPECT_FALSE(c.query_pre_attn_scalar);
+  ASSERT_TRUE(c.sliding_rope);
+  // The same float32 ops as Gemma4TextRotaryEmbedding: equal bits.
+  EXPECT_TRUE(at::equal(ops::rope_inv_freq(c.rope_head_dim(false), c.rope_theta, c.rope_scaling),
+                        ref.tensor(name + ".inv_freq.full")));
+  EXPECT_TRUE(at::equal(ops::rope_inv_freq(c.rope_head_dim(true), c.sliding_rope->theta, c.sliding_rope->scaling),
+                        ref.tensor(name + ".inv_freq.sliding")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Files,
+                         Gemma4Config,
+                         testing::Values("gemma4_hub", "gemma4_resaved", "gemma4_multimodal"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The message of from_json's error on `j`, or "" if it accepts it.
+std::string config_error(const nlohmann::json& j) {
+  try {
+    ModelConfig::from_json(j, "g.json");
+  } catch (const c10::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Gemma4ConfigErrors, RefusesWhatItCannotTrainByName) {
+  const nlohmann::json base = {{"model_type", "gemma4_text"}, {"hidden_size_per_layer_input", 0}};
+  auto with = [&](const nlohmann::json& extra) {
+    auto j = base;
+    j.update(extra);
+    return config_error(j);
+  };
+  EXPECT_EQ(config_error(base), "");
+  // Gemma4TextConfig's default of 256 would mean per-layer embeddings the file does not have.
+  auto j = base;
+  j.erase("hidden_size_per_layer_input");
+  EXPECT_NE(config_error(j).find("hidden_size_per_layer_input is 256 (transformers' default when the key is missing)"),
+            std::string::npos)
+      << config_error(j);
+  EXPECT_NE(with({{"num_kv_shared_layers", 4}}).find("num_kv_shared_layers is 4"), std::string::npos);
+  EXPECT_NE(with({{"use_bidirectional_attention", "all"}}).find("use_bidirectional_attention \"all\""),
+            std::string::npos);
+  EXPECT_EQ(with({{"use_bidirectional_attention", "vision"}}), "");
+  EXPECT_NE(with({{"per_layer_config", {{"x5", {{"head_dim", 64}}}}}}).find("per_layer_config key 'x5'"),
+            std::string::npos);
+  EXPECT_NE(with({{"per_layer_config", {{"30", {{"head_dim", 64}}}}}}).find("per_layer_config key '30'"),
+            std::string::npos);
+  EXPECT_NE(with({{"per_layer_config", {{"05", {{"intermediate_size", 64}}}}}}).find("sets 'intermediate_size'"),
+            std::string::npos);
+  EXPECT_NE(with({{"per_layer_config", {{"05", {{"head_dim", 128}}}}}}).find("layers 5 and 11 are both full_attention"),
+            std::string::npos);
+  EXPECT_NE(with({{"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}}})
+                .find("rope_parameters has no 'sliding_attention' object"),
+            std::string::npos);
+}
+
+// A tiny Gemma4ForConditionalGeneration (decoder under model.language_model., a vision tower, no
+// lm_head on disk): its decoder against transformers' text-only logits and loss, and with a PEFT
+// adapter on the decoder (module names model.language_model.layers.N...) the LoRA gradients.
+// float32 on both sides: model_parity_test.cpp's tolerances.
+TEST(GemmaMultimodal, TheLanguageModelOfAGemma4ForConditionalGenerationMatchesTransformers) {
+  const auto dir = test::model_fixture("gemma4_mm");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  EXPECT_EQ(lm.layers()[0].q.name, "model.language_model.layers.0.self_attn.q_proj");
+  EXPECT_FALSE(lm.layers()[1].v);  // a full layer with attention_k_eq_v
+  const auto ids = ref.tensor("ids");
+  auto max_rel = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).abs().max() / b.abs().max()).item<double>();
+  };
+  {
+    schedule::LayerScheduler scheduler(lm);
+    const auto plan = scheduler.prepare_eval();
+    EXPECT_LT(max_rel(lm.logits(scheduler.eval_hidden(plan, ids)), ref.tensor("fp32.logits")), 2e-5);
+    const auto [sum, tokens] = scheduler.eval_loss(plan, ids, ref.tensor("labels"));
+    EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("fp32.loss").item<double>(), 2e-6);
+  }
+  attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_training(schedule::CheckpointPolicy::none);
+  const auto [sum, tokens] = scheduler.train_forward(plan, ids, ref.tensor("labels"));
+  const auto loss = sum / tokens;
+  EXPECT_NEAR(loss.item<double>(), ref.tensor("fp32.lora.loss").item<double>(), 2e-6);
+  loss.backward();
+  const auto adapters = lora_adapters(lm);
+  EXPECT_EQ(adapters.size(), 5u * 7 - 2);
+  for (const auto& [module, adapter] : adapters) {
+    EXPECT_LT(max_rel(adapter.a.grad(), ref.tensor("fp32.lora.grad." + module + ".lora_A")), 1e-4) << module;
+    EXPECT_LT(max_rel(adapter.b.grad(), ref.tensor("fp32.lora.grad." + module + ".lora_B")), 1e-4) << module;
+  }
 }
 
 }  // namespace

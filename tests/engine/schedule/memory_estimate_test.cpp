@@ -55,6 +55,7 @@ int64_t resident_nbytes(const model::CausalLM& lm) {
     bytes += layer.input_norm.nbytes() + layer.post_attn_norm.nbytes();
     if (layer.pre_ff_norm) bytes += layer.pre_ff_norm->nbytes() + layer.post_ff_norm->nbytes();
     if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
+    if (layer.layer_scalar.defined()) bytes += layer.layer_scalar.nbytes();
     for (const auto* l : layer.linears()) {
       if (l->bias) bytes += l->bias->nbytes();
     }
@@ -102,6 +103,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
         std::pair{"qwen3 tiny", model::preset_config(model::Architecture::qwen3, "tiny")},
         std::pair{"gemma2 tiny", model::preset_config(model::Architecture::gemma2, "tiny")},
         std::pair{"gemma3 tiny", model::preset_config(model::Architecture::gemma3, "tiny")},
+        std::pair{"gemma4 tiny", model::preset_config(model::Architecture::gemma4, "tiny")},
         std::pair{"odd qwen2", odd_qwen2()}}) {
     const auto folder_dir = dir / name;
     model::write_random_model(folder_dir, config, 3);
@@ -121,16 +123,17 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       shape.lora = lora;
       shape.dtype = v.dtype;
       const auto in = estimate_memory(config, shape);
-      const auto expected = layer_weight_nbytes(config, v.quant, v.dtype);
       ASSERT_EQ(in.layers.size(), lm.layers().size());
       for (const auto& layer : lm.layers()) {
+        const auto expected = layer_weight_nbytes(config, layer.index, v.quant, v.dtype);
         const auto real = stored_nbytes(layer);
         EXPECT_EQ(expected, real) << "layer " << layer.index;
         EXPECT_EQ(in.layers[layer.index].blob_bytes, offload::blob_bytes(real)) << "layer " << layer.index;
       }
-      // The rope frequencies (float32 [head_dim / 2], Gemma 3: a second set for its sliding
-      // layers) are not reachable from outside CausalLM.
-      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + (config.sliding_rope ? 2 : 1) * config.head_dim / 2 * 4);
+      // The rope frequencies (float32 [head_dim / 2], Gemma 3 and 4: a second set for their
+      // sliding layers, Gemma 4's of another head_dim) are not reachable from outside CausalLM.
+      const int64_t rope_dims = config.rope_head_dim(false) + (config.sliding_rope ? config.rope_head_dim(true) : 0);
+      EXPECT_EQ(in.fixed_bytes, resident_nbytes(lm) + rope_dims / 2 * 4);
       int64_t lora_bytes = 0;
       for (const auto& p : lm.trainable_parameters()) lora_bytes += 4 * p.nbytes();  // + grad, m, v
       EXPECT_EQ(in.lora_bytes, lora_bytes);
@@ -171,6 +174,30 @@ TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
   std::filesystem::remove_all(dir);
 }
 
+// The dense part of Gemma-4-26B-A4B per layer against the parameter and byte counts computed
+// from the released config and transformers' module shapes: attention 34 603 008 (sliding) and 49 020 928 (full, no
+// v_proj) parameters, dense MLP 17 842 176; in NF4 with double quantization 27.06 MB for a sliding layer's linears
+// (0.51587 B per parameter there; qtrain stores a 1 KiB code per tensor where that count has
+// 1092 B, 0.0005 MB a layer).
+TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  ASSERT_EQ(c.num_layers, 30);
+  auto params = [&](int64_t layer) {
+    int64_t bytes = 0;
+    for (auto b : layer_weight_nbytes(c, layer, QuantSpec{}, at::kFloat)) bytes += b;
+    return bytes / 4;
+  };
+  EXPECT_EQ(params(0), 34603008 + 17842176);
+  EXPECT_EQ(params(5), 49020928 + 17842176);
+  EXPECT_EQ(params(29), params(5));  // the last layer is full
+  QuantSpec nf4;
+  nf4.kind = QuantSpec::Kind::nf4;
+  nf4.double_quant = true;
+  int64_t sliding = 0;
+  for (auto b : layer_weight_nbytes(c, 0, nf4, at::kBFloat16)) sliding += b;
+  EXPECT_NEAR(sliding / 1e6, 27.06, 0.005);
+}
+
 // What the forward leaves allocated for backward on the CPU (StepStats::activation_bytes, the
 // heap's growth over train_forward), against the estimate of the same: every layer's saved
 // activations and those outside the layers. Within 5%: the heap also holds malloc's headers, the
@@ -178,7 +205,8 @@ TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
 // estimate leaves out. A first forward warms up: the first one also allocates the kernels'
 // lasting scratch (several MiB), which is no activation.
 // Gemma 2 (four norms, GeGLU, soft-capped unfused attention on the full layers, a window of 64
-// on the others) and Gemma 3 (q/k norms, two rope tables) in float32 and bfloat16 without dropout.
+// on the others), Gemma 3 (q/k norms, two rope tables) and Gemma 4 (v norm, a wider full layer
+// without v_proj, layer_scalar) in float32 and bfloat16 without dropout.
 class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
 
 TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
@@ -193,6 +221,11 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
   config.vocab_size = 512;
   config.sliding_window.assign(3, std::nullopt);
   if (config.gemma) config.sliding_window[0] = config.sliding_window[2] = 64;
+  if (arch == model::Architecture::gemma4) {
+    // Its last layer is full (transformers forces it): wider heads, one kv head, no v_proj.
+    config.sliding_window = {64, 64, std::nullopt};
+    config.layer_attention = {{32, 2, false}, {32, 2, false}, {64, 1, true}};
+  }
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
   const auto folder = io::HfFolder::open(dir);
@@ -250,11 +283,15 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Architectures,
-    MemoryEstimateActivations,
-    testing::Values(model::Architecture::llama, model::Architecture::gemma2, model::Architecture::gemma3),
-    [](const testing::TestParamInfo<model::Architecture>& info) { return model::architecture_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Architectures,
+                         MemoryEstimateActivations,
+                         testing::Values(model::Architecture::llama,
+                                         model::Architecture::gemma2,
+                                         model::Architecture::gemma3,
+                                         model::Architecture::gemma4),
+                         [](const testing::TestParamInfo<model::Architecture>& info) {
+                           return model::architecture_name(info.param);
+                         });
 
 }  // namespace
 }  // namespace qtrain::engine::schedule

@@ -141,6 +141,18 @@ TEST(RmsNorm, GemmaScalesByOnePlusWeightInFloat32ThenCasts) {
   EXPECT_FALSE(at::equal(rms_norm(x, w, 1e-6), expected));
 }
 
+// Gemma4RMSNorm: pow(ms + eps, -0.5), the weight itself (not 1 + w), float32 then cast; no weight
+// for v_norm and the router's norm.
+TEST(RmsNorm, Gemma4ScalesByTheWeightInFloat32ThenCasts) {
+  const auto x = at::randn({3, 16}).to(at::kBFloat16);
+  const auto w = at::randn({16}).to(at::kBFloat16);
+  const auto xf = x.to(at::kFloat);
+  const auto normed = xf * at::pow(xf.pow(2).mean(-1, true) + 1e-6, -0.5);
+  EXPECT_TRUE(at::equal(gemma4_rms_norm(x, w, 1e-6), (normed * w.to(at::kFloat)).to(at::kBFloat16)));
+  EXPECT_TRUE(at::equal(gemma4_rms_norm(x, at::Tensor(), 1e-6), normed.to(at::kBFloat16)));
+  EXPECT_FALSE(at::equal(gemma_rms_norm(x, w, 1e-6), gemma4_rms_norm(x, w, 1e-6)));
+}
+
 TEST(RmsNorm, NormalisesInFloat32ThenMultipliesInTheInputDtype) {
   const auto x = at::randn({3, 16}).to(at::kBFloat16);
   const auto w = at::rand({16});
@@ -168,6 +180,18 @@ TEST(Rope, RotatesHalvesAndLlama3ScalingKeepsHighFrequencies) {
   auto pair_norm = [](const at::Tensor& a) { return a.narrow(-1, 0, 4).pow(2) + a.narrow(-1, 4, 4).pow(2); };
   EXPECT_TRUE(at::allclose(pair_norm(y), pair_norm(x), 1e-5, 1e-6));
   test::expect_error([] { rope_inv_freq(8, 1e4, RopeScaling{"yarn"}); }, "rope_scaling type 'yarn' is not supported");
+}
+
+// Gemma 4's full layers: int(0.25 * 32 / 2) = 4 pairs rotate with the exponents of the whole dim
+// (not of an 8-wide rotary dim), the other 12 have frequency 0 (cos 1, sin 0: the identity).
+TEST(Rope, ProportionalRotatesTheFirstPairsWithExponentsOverTheWholeDim) {
+  RopeScaling s;
+  s.type = "proportional";
+  s.partial_rotary_factor = 0.25;
+  const auto inv = rope_inv_freq(32, 1e6, s);
+  ASSERT_EQ(inv.size(0), 16);
+  EXPECT_TRUE(at::equal(inv.narrow(0, 0, 4), rope_inv_freq(32, 1e6, {}).narrow(0, 0, 4)));
+  EXPECT_TRUE(at::equal(inv.narrow(0, 4, 12), at::zeros({12})));
 }
 
 }  // namespace

@@ -1,0 +1,41 @@
+// Gemma 4's expert router (transformers' Gemma4TextRouter, modeling_gemma4.py): which K of the E
+// experts each token goes to, and with which weights. See Note [Gemma 4 router].
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace qtrain::engine::model {
+
+// Note [Gemma 4 router]
+// The router reads the raw residual stream after attention, x (not a normed copy: the experts
+// get pre_feedforward_layernorm_2(x)):
+//   z      = rms(x) * scale * H^-0.5                  weightless RMSNorm; in x's dtype
+//   p      = softmax(z @ proj^T) in float32          [N, E]
+//   w, idx = topk(p, K)                               sorted descending
+//   w      = w / sum_K(w) * per_expert_scale[idx]     float32
+// No bias, no noise, no load-balancing loss (transformers adds none for Gemma 4). Gradients flow
+// through w into x, and into proj, scale and per_expert_scale when those train: with a frozen
+// router the LoRA gradients of earlier layers still depend on this path. idx has none.
+// proj stays unquantized: top-k is discontinuous, and a 4-bit router picks other experts for
+// many tokens (transformers PR #48801 keeps it in full precision for that reason); it is
+// 360k parameters a layer on the 26B-A4B.
+struct Gemma4Router {
+  at::Tensor proj;              // [E, H]
+  at::Tensor scale;             // [H]
+  at::Tensor per_expert_scale;  // [E]
+  int64_t top_k = 0;
+  double eps = 1e-6;
+};
+
+struct Routing {
+  at::Tensor probs;    // float32 [N, E]: softmax over all experts (transformers' "router_logits")
+  at::Tensor weights;  // float32 [N, K]
+  at::Tensor experts;  // int64 [N, K]
+};
+
+// x: [N, H] in the compute dtype.
+Routing gemma4_route(const Gemma4Router& router, const at::Tensor& x);
+
+}  // namespace qtrain::engine::model
