@@ -175,10 +175,10 @@ TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
 }
 
 // The dense part of Gemma-4-26B-A4B per layer against the parameter and byte counts computed
-// from the released config and transformers' module shapes: attention 34 603 008 (sliding) and 49 020 928 (full, no
-// v_proj) parameters, dense MLP 17 842 176; in NF4 with double quantization 27.06 MB for a sliding layer's linears
-// (0.51587 B per parameter there; qtrain stores a 1 KiB code per tensor where that count has
-// 1092 B, 0.0005 MB a layer).
+// from the released config and transformers' module shapes: attention 34 603 008 (sliding) and
+// 49 020 928 (full, no v_proj) parameters, dense MLP 17 842 176; in NF4 with double quantization
+// 27.06 MB for a sliding layer's linears (0.51587 B per parameter there; qtrain stores a 1 KiB
+// code per tensor where that count has 1092 B, 0.0005 MB a layer).
 TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
   const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
   ASSERT_EQ(c.num_layers, 30);
