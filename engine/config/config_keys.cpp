@@ -71,6 +71,8 @@ const std::vector<std::string> kKeys = {
     "evals_per_epoch",
     "seed",
     "resume_from_checkpoint",
+    "auto_resume_from_checkpoints",
+    "overwrite_output_dir",
     "use_tensorboard",
 };
 
@@ -128,7 +130,6 @@ const std::vector<RefusedKey> kRefused = {
     {"neftune_noise_alpha", "NEFTune is not supported; remove the key"},
     {"save_strategy", "use save_steps"},
     {"save_safetensors", "qtrain always writes safetensors; remove the key"},
-    {"auto_resume_from_checkpoints", "use resume_from_checkpoint: true"},
     {"early_stopping_patience", "early stopping is not supported; remove the key"},
     {"wandb_project", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},
     {"wandb_entity", "qtrain does not log to W&B or MLflow; use use_tensorboard: true"},

@@ -344,6 +344,8 @@ RunConfig read_config(Reader& r) {
     }
   });
 
+  c.auto_resume_from_checkpoints = r.boolean("auto_resume_from_checkpoints", c.auto_resume_from_checkpoints);
+  c.overwrite_output_dir = r.boolean("overwrite_output_dir", c.overwrite_output_dir);
   c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
   r.check_all_read();
 

@@ -234,8 +234,14 @@ struct RunConfig {
   int64_t seed = 42;
   // Continue from this checkpoint folder; empty: start fresh.
   std::filesystem::path resume_from_checkpoint;
-  // `resume_from_checkpoint: true`: continue from the newest checkpoint in output_dir.
+  // `resume_from_checkpoint: true`: continue from the newest checkpoint in output_dir (none is an
+  // error).
   bool resume_from_latest_checkpoint = false;
+  // axolotl's: continue from the newest checkpoint in output_dir if there is one.
+  bool auto_resume_from_checkpoints = false;
+  // Hugging Face's: a run that does not continue the one in output_dir deletes that run's files
+  // (checkpoints, adapter, metrics) instead of refusing to start (engine/train/output_dir.h).
+  bool overwrite_output_dir = false;
   // Also write TensorBoard event files.
   bool use_tensorboard = false;
 

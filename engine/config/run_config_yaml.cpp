@@ -181,6 +181,8 @@ std::string to_yaml(const RunConfig& c) {
        c.resume_from_latest_checkpoint    ? "true"
        : c.resume_from_checkpoint.empty() ? "false"
                                           : quoted(c.resume_from_checkpoint.string()));
+  line("auto_resume_from_checkpoints", boolean_text(c.auto_resume_from_checkpoints));
+  line("overwrite_output_dir", boolean_text(c.overwrite_output_dir));
   line("use_tensorboard", boolean_text(c.use_tensorboard));
   return out.str();
 }

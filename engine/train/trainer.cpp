@@ -25,6 +25,7 @@
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/output_dir.h"
 #include "engine/train/progress_line.h"
 #include "engine/train/run_state.h"
 #include "engine/train/step_intervals.h"
@@ -71,6 +72,7 @@ double evaluate(schedule::LayerScheduler& scheduler,
 
 TrainResult train(const config::RunConfig& c) {
   const auto t_start = std::chrono::steady_clock::now();
+  const fs::path resume = prepare_output_dir(c, stdout);
   fs::create_directories(c.output_dir);
   const std::string config_yaml = config::to_yaml(c);
   std::ofstream(c.output_dir / "run_config.yaml") << config_yaml;
@@ -159,11 +161,6 @@ TrainResult train(const config::RunConfig& c) {
 
   // Resume.
   RunState state;
-  fs::path resume = c.resume_from_checkpoint;
-  if (c.resume_from_latest_checkpoint) {
-    const auto all = list_checkpoints(c.output_dir);
-    if (!all.empty()) resume = all.back();
-  }
   if (!resume.empty()) {
     auto ck = load_checkpoint(resume);
     at::NoGradGuard no_grad;

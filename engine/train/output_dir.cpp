@@ -1,0 +1,70 @@
+// See output_dir.h.
+#include "engine/train/output_dir.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <c10/util/Exception.h>
+
+#include "engine/io/peft_adapter.h"
+#include "engine/train/metrics_log.h"
+#include "engine/train/run_state.h"
+
+namespace qtrain::engine::train {
+namespace fs = std::filesystem;
+namespace {
+
+// What an earlier run left in `dir`: its checkpoints, its final adapter, its metrics.
+std::vector<fs::path> earlier_run(const fs::path& dir) {
+  std::vector<fs::path> found = list_checkpoints(dir);
+  for (const char* name : {io::kPeftWeightsFile, "adapter_config.json", kMetricsFile, kTensorBoardDir}) {
+    std::error_code ec;
+    if (fs::exists(dir / name, ec)) found.push_back(dir / name);
+  }
+  return found;
+}
+
+std::string names(const std::vector<fs::path>& paths) {
+  std::string out;
+  for (size_t i = 0; i < paths.size() && i < 4; ++i) out += (i ? ", " : "") + paths[i].filename().string();
+  return paths.size() > 4 ? out + ", ..." : out;
+}
+
+bool inside(const fs::path& path, const fs::path& dir) {
+  const auto p = fs::weakly_canonical(fs::absolute(path)), d = fs::weakly_canonical(fs::absolute(dir));
+  return std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first == d.end();
+}
+
+}  // namespace
+
+fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
+  fs::path resume = c.resume_from_checkpoint;
+  if (c.resume_from_latest_checkpoint || c.auto_resume_from_checkpoints) {
+    const auto all = list_checkpoints(c.output_dir);
+    TORCH_CHECK(!all.empty() || !c.resume_from_latest_checkpoint,
+                "resume_from_checkpoint: true, but output_dir ",
+                c.output_dir.string(),
+                " holds no checkpoint-N folder to resume from; set resume_from_checkpoint: false to start from "
+                "scratch, give the path of a checkpoint, or use auto_resume_from_checkpoints: true to resume only "
+                "when there is one");
+    if (!all.empty()) resume = all.back();
+  }
+  if (!resume.empty() && inside(resume, c.output_dir)) return resume;
+
+  const auto found = earlier_run(c.output_dir);
+  if (found.empty()) return resume;
+  TORCH_CHECK(c.overwrite_output_dir,
+              "output_dir ",
+              c.output_dir.string(),
+              " already holds a run (",
+              names(found),
+              "); a new run there would mix its checkpoints with the old ones. Continue it with "
+              "resume_from_checkpoint: true, choose another output_dir, or set overwrite_output_dir: true to "
+              "delete the old run's files");
+  for (const auto& path : found) fs::remove_all(path);
+  std::fprintf(log, "output_dir: removed the earlier run's %s (overwrite_output_dir: true)\n", names(found).c_str());
+  return resume;
+}
+
+}  // namespace qtrain::engine::train
