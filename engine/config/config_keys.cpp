@@ -72,6 +72,7 @@ const std::vector<std::string> kKeys = {
     "seed",
     "resume_from_checkpoint",
     "use_tensorboard",
+    "ddp_timeout",
 };
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they

@@ -182,6 +182,7 @@ std::string to_yaml(const RunConfig& c) {
        : c.resume_from_checkpoint.empty() ? "false"
                                           : quoted(c.resume_from_checkpoint.string()));
   line("use_tensorboard", boolean_text(c.use_tensorboard));
+  line("ddp_timeout", std::to_string(c.ddp_timeout));
   return out.str();
 }
 
