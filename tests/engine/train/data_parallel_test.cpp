@@ -2,7 +2,8 @@
 // ctest -j is safe): two ranks train exactly as one rank with twice the gradient accumulation,
 // started by `qtrain launch` or torchrun; only rank 0 writes files and prints steps; a checkpoint
 // of two ranks refuses to resume on one; a rank that dies makes the other stop with an error
-// naming it, and `qtrain launch` stops the rest. See Note [Data-parallel steps].
+// naming it, and `qtrain launch` ends the run with its code; Ctrl-C stops both ranks at one step
+// with one checkpoint. See Note [Data-parallel steps].
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -137,15 +138,15 @@ class DataParallel : public testing::Test {
     }
     const auto base = test::model_fixture("llama");
     // Micro-batches of 2 rows, accumulation 2 on one rank or 1 on each of two: two steps per
-    // epoch, so 6 steps cross epochs (and reshuffles).
+    // epoch, so 4 steps cross an epoch (and a reshuffle).
     std::ofstream(dir_ / "cfg.yaml") << "base_model: " << (base / "base").string() << "\n"
                                      << "lora_model_dir: " << (base / "adapter").string() << "\n"
                                      << "lora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n"
                                      << "load_in_4bit: true\nlora_dropout: 0\n"
                                      << "datasets:\n  - path: data.jsonl\n"
-                                     << "sequence_len: 64\nmicro_batch_size: 2\nmax_steps: 6\n"
+                                     << "sequence_len: 64\nmicro_batch_size: 2\nmax_steps: 4\n"
                                      << "learning_rate: 0.002\nwarmup_steps: 2\nmax_grad_norm: 1.0\n"
-                                     << "device: cpu\nlogging_steps: 1\nseed: 3\nsave_steps: 3\n"
+                                     << "device: cpu\nlogging_steps: 1\nseed: 3\nsave_steps: 2\n"
                                      << "use_tensorboard: true\nddp_timeout: 60\n";
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -166,12 +167,8 @@ class DataParallel : public testing::Test {
   }
   // Runs `argv` to its end with one thread per process (as torchrun sets it), so that every run
   // computes with the same arithmetic; expects exit code 0.
-  int run(const std::vector<std::string>& argv,
-          const std::string& name,
-          const std::map<std::string, std::string>& env = {}) const {
-    auto e = env;
-    e["OMP_NUM_THREADS"] = "1";
-    const pid_t pid = spawn(argv, e, dir_ / (name + ".out"), dir_ / (name + ".err"));
+  int run(const std::vector<std::string>& argv, const std::string& name) const {
+    const pid_t pid = spawn(argv, {{"OMP_NUM_THREADS", "1"}}, dir_ / (name + ".out"), dir_ / (name + ".err"));
     const int code = wait_for(pid, std::chrono::seconds(120));
     EXPECT_EQ(code, 0) << name << ":\n" << read(dir_ / (name + ".err"));
     return code;
@@ -190,15 +187,15 @@ TEST_F(DataParallel, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
   // micro-batch each, the sum over ranks g0 + g1 is the one-rank accumulation itself (See Note
   // [Data-parallel steps]); every micro-batch is computed with the same arithmetic (one thread).
   const auto a = step_records(one), b = step_records(two);
-  ASSERT_EQ(a.size(), 6u);
-  ASSERT_EQ(b.size(), 6u);  // one line per step: rank 1 appended nothing
-  for (size_t i = 0; i < 6; ++i) {
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);  // one line per step: rank 1 appended nothing
+  for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(a[i].at("loss").get<double>(), b[i].at("loss").get<double>()) << "step " << i + 1;
     EXPECT_EQ(a[i].at("grad_norm").get<double>(), b[i].at("grad_norm").get<double>()) << "step " << i + 1;
     EXPECT_EQ(a[i].at("comm_seconds").get<double>(), 0.0);
     EXPECT_GT(b[i].at("comm_seconds").get<double>(), 0.0);
   }
-  for (const char* ck : {"checkpoint-3", "checkpoint-6"}) {
+  for (const char* ck : {"checkpoint-2", "checkpoint-4"}) {
     expect_same_tensors(io::safetensors_load(one / ck / "optimizer.safetensors"),
                         io::safetensors_load(two / ck / "optimizer.safetensors"),
                         std::string(ck) + " optimizer");
@@ -220,66 +217,40 @@ TEST_F(DataParallel, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
   EXPECT_EQ(events, 1);
   const auto out = read(dir_ / "two.out");
   EXPECT_NE(out.find("ranks: 2 (Gloo), a step is 2 micro-batches, 1 on each rank"), std::string::npos) << out;
-  EXPECT_EQ(out.find("step 1/6"), out.rfind("step 1/6")) << out;
-  EXPECT_EQ(out.find("done: 6 steps"), out.rfind("done: 6 steps")) << out;
+  EXPECT_NE(out.find("step 1/4"), std::string::npos) << out;
+  EXPECT_EQ(out.find("step 1/4"), out.rfind("step 1/4")) << out;
+  EXPECT_EQ(out.find("done: 4 steps"), out.rfind("done: 4 steps")) << out;
 
-  // The same ranks under torchrun (the agent serves the store), where the venv has it.
-  const fs::path torchrun =
-      fs::path(std::getenv("QTRAIN_PYTHON") ? std::getenv("QTRAIN_PYTHON") : "").parent_path() / "torchrun";
-  if (fs::exists(torchrun)) {
+  // The same ranks under torchrun (its agent serves the store), from the venv.
+  const char* python = std::getenv("QTRAIN_PYTHON");
+  if (python != nullptr) {
+    const auto torchrun = fs::path(python).parent_path() / "torchrun";
+    ASSERT_TRUE(fs::exists(torchrun)) << torchrun << ": the venv of scripts/setup.sh has torchrun";
     const std::vector<std::string> prefix = {
         torchrun.string(), "--no-python", "--nproc-per-node", "2", "--master-port", std::to_string(test::free_port())};
     run(qtrain({"train"}, "torchrun", {"gradient_accumulation_steps=1"}, prefix), "torchrun");
     const auto c = step_records(dir_ / "torchrun");
-    ASSERT_EQ(c.size(), 6u);
-    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(c[i].at("loss").get<double>(), b[i].at("loss").get<double>());
+    ASSERT_EQ(c.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c[i].at("loss").get<double>(), b[i].at("loss").get<double>());
   }
 
   // A checkpoint of two ranks refuses to resume on one, and says why and what to do.
   test::expect_error(
       [&] {
         train(config::load_run_config(
-            dir_ / "cfg.yaml", {"output_dir=resumed", "resume_from_checkpoint=" + (two / "checkpoint-3").string()}));
+            dir_ / "cfg.yaml", {"output_dir=resumed", "resume_from_checkpoint=" + (two / "checkpoint-2").string()}));
       },
       "was written by a run of 2 rank(s) and this run has 1");
 }
 
-TEST_F(DataParallel, ARankThatDiesIsNamedByTheOtherWithinTheTimeout) {
-  // Two ranks started by hand (rank 0 serves the store); rank 1 is killed once training runs.
-  const auto port = std::to_string(test::free_port());
-  std::vector<pid_t> pids;
-  for (const char* rank : {"0", "1"}) {
-    pids.push_back(spawn(qtrain({"train"}, "dies", {"max_steps=100000"}),
-                         {{"RANK", rank},
-                          {"WORLD_SIZE", "2"},
-                          {"MASTER_ADDR", "127.0.0.1"},
-                          {"MASTER_PORT", port},
-                          {"OMP_NUM_THREADS", "1"}},
-                         dir_ / ("dies" + std::string(rank) + ".out"),
-                         dir_ / ("dies" + std::string(rank) + ".err")));
-  }
-  ASSERT_TRUE(wait_for_file(dir_ / "dies" / "metrics.jsonl", pids[0])) << read(dir_ / "dies0.err");
-  ::kill(pids[1], SIGKILL);
-  EXPECT_EQ(wait_for(pids[1], std::chrono::seconds(10)), 128 + SIGKILL);
-  // Within ddp_timeout (60 s): the next sum fails at once, and the roll call waits 3 s.
-  const auto start = Clock::now();
-  const int code = wait_for(pids[0], std::chrono::seconds(60));
-  EXPECT_NE(code, 0);
-  EXPECT_NE(code, -1) << "rank 0 did not stop";
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
-  const auto err = read(dir_ / "dies0.err");
-  EXPECT_NE(err.find("rank 0 of 2: summing the"), std::string::npos) << err;
-  EXPECT_NE(err.find("Rank 1 did not answer"), std::string::npos) << err;
-}
-
-TEST_F(DataParallel, LaunchStopsTheOtherRanksWhenOneDies) {
+TEST_F(DataParallel, ARankThatDiesIsNamedAndLaunchStopsTheOthers) {
   const pid_t launcher =
-      spawn(qtrain({"launch", "--nproc", "2", "--master-port", "0", "train"}, "launched", {"max_steps=100000"}),
+      spawn(qtrain({"launch", "--nproc", "2", "--master-port", "0", "train"}, "dies", {"max_steps=100000"}),
             {{"OMP_NUM_THREADS", "1"}},
-            dir_ / "launched.out",
-            dir_ / "launched.err");
-  ASSERT_TRUE(wait_for_file(dir_ / "launched" / "metrics.jsonl", launcher)) << read(dir_ / "launched.err");
-  // The launcher's children, and which of them is rank 1 (its RANK variable).
+            dir_ / "dies.out",
+            dir_ / "dies.err");
+  ASSERT_TRUE(wait_for_file(dir_ / "dies" / "metrics.jsonl", launcher)) << read(dir_ / "dies.err");
+  // The launcher's children, and which of them is rank 1 (qtrain launch sets LOCAL_RANK = RANK).
   const auto tid = std::to_string(launcher);
   std::istringstream children(read("/proc/" + tid + "/task/" + tid + "/children"));
   pid_t rank1 = 0;
@@ -289,9 +260,32 @@ TEST_F(DataParallel, LaunchStopsTheOtherRanksWhenOneDies) {
   }
   ASSERT_NE(rank1, 0);
   ::kill(rank1, SIGKILL);
-  EXPECT_EQ(wait_for(launcher, std::chrono::seconds(60)), 128 + SIGKILL);
-  const auto err = read(dir_ / "launched.err");
+  // Well within ddp_timeout (60 s): rank 0's next sum fails at once, its roll call waits 3 s.
+  const auto start = Clock::now();
+  EXPECT_EQ(wait_for(launcher, std::chrono::seconds(60)), 128 + SIGKILL);  // rank 1's end is the run's
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  const auto err = read(dir_ / "dies.err");  // the launcher's and both ranks' stderr
   EXPECT_NE(err.find("qtrain launch: rank 1 was killed by signal 9"), std::string::npos) << err;
+  // Rank 0 fails in whichever collective comes next (a sum, or a checkpoint's barrier).
+  EXPECT_NE(err.find("qtrain: error: rank 0 of 2: "), std::string::npos) << err;
+  EXPECT_NE(err.find("Rank 1 did not answer within 3 s"), std::string::npos) << err;
+}
+
+TEST_F(DataParallel, CtrlCStopsEveryRankAtOneStepWithOneCheckpoint) {
+  const pid_t launcher = spawn(
+      qtrain(
+          {"launch", "--nproc", "2", "--master-port", "0", "train"}, "stopped", {"max_steps=100000", "save_steps=0"}),
+      {{"OMP_NUM_THREADS", "1"}},
+      dir_ / "stopped.out",
+      dir_ / "stopped.err");
+  ASSERT_TRUE(wait_for_file(dir_ / "stopped" / "metrics.jsonl", launcher)) << read(dir_ / "stopped.err");
+  ::kill(launcher, SIGINT);  // passed on to both ranks
+  EXPECT_EQ(wait_for(launcher, std::chrono::seconds(60)), 130) << read(dir_ / "stopped.err");
+  const auto all = list_checkpoints(dir_ / "stopped");
+  ASSERT_EQ(all.size(), 1u);
+  const auto ck = load_checkpoint(all[0]);
+  EXPECT_EQ(ck.state.world_size, 2);
+  EXPECT_EQ(step_records(dir_ / "stopped").back().at("step").get<int64_t>(), ck.state.global_step);
 }
 
 }  // namespace
