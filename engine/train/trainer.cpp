@@ -397,9 +397,10 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
       break;
     }
     if (stop) {
+      const int sig = interrupt.received();  // 0 when the signal reached another rank only
       std::fprintf(out,
-                   "interrupted by signal %d at step %lld; resume with resume_from_checkpoint: true\n",
-                   interrupt.received(),
+                   "interrupted by %s at step %lld; resume with resume_from_checkpoint: true\n",
+                   sig != 0 ? ("signal " + std::to_string(sig)).c_str() : "a signal to another rank",
                    static_cast<long long>(state.global_step));
       result.interrupted = true;
       break;

@@ -1,7 +1,7 @@
 // Data-parallel training with real processes over Gloo on 127.0.0.1 (a free port per test, so
 // ctest -j is safe): two ranks train exactly as one rank with twice the gradient accumulation,
 // started by `qtrain launch` or torchrun; only rank 0 writes files and prints steps; a checkpoint
-// of two ranks refuses to resume on one; a rank that dies makes the other stop with an error
+// of two ranks resumes exactly on two and refuses to resume on one; a rank that dies makes the other stop with an error
 // naming it, and `qtrain launch` ends the run with its code; Ctrl-C stops both ranks at one step
 // with one checkpoint. See Note [Data-parallel steps].
 #include <fcntl.h>
@@ -221,17 +221,29 @@ TEST_F(DataParallel, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
   EXPECT_EQ(out.find("step 1/4"), out.rfind("step 1/4")) << out;
   EXPECT_EQ(out.find("done: 4 steps"), out.rfind("done: 4 steps")) << out;
 
-  // The same ranks under torchrun (its agent serves the store), from the venv.
+  // The same ranks under torchrun (its agent serves the store), from the venv, now with dropout:
+  // each rank draws from its own generator. Resumed from its checkpoint-2 on two ranks (under
+  // qtrain launch), it ends bit for bit where it ended: the checkpoint holds both ranks' states.
   const char* python = std::getenv("QTRAIN_PYTHON");
   if (python != nullptr) {
     const auto torchrun = fs::path(python).parent_path() / "torchrun";
     ASSERT_TRUE(fs::exists(torchrun)) << torchrun << ": the venv of scripts/setup.sh has torchrun";
     const std::vector<std::string> prefix = {
         torchrun.string(), "--no-python", "--nproc-per-node", "2", "--master-port", std::to_string(test::free_port())};
-    run(qtrain({"train"}, "torchrun", {"gradient_accumulation_steps=1"}, prefix), "torchrun");
-    const auto c = step_records(dir_ / "torchrun");
-    ASSERT_EQ(c.size(), 4u);
-    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c[i].at("loss").get<double>(), b[i].at("loss").get<double>());
+    const std::vector<std::string> sets = {"gradient_accumulation_steps=1", "lora_dropout=0.1"};
+    run(qtrain({"train"}, "torchrun", sets, prefix), "torchrun");
+    auto resume_sets = sets;
+    resume_sets.push_back("resume_from_checkpoint=" + (dir_ / "torchrun" / "checkpoint-2").string());
+    run(qtrain({"launch", "--nproc", "2", "--master-port", "0", "train"}, "resumed2", resume_sets), "resumed2");
+    const auto full = step_records(dir_ / "torchrun"), resumed = step_records(dir_ / "resumed2");
+    ASSERT_EQ(full.size(), 4u);
+    ASSERT_EQ(resumed.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(resumed[i].at("loss").get<double>(), full[2 + i].at("loss").get<double>());
+    const auto f = io::load_peft_adapter(dir_ / "torchrun"), r = io::load_peft_adapter(dir_ / "resumed2");
+    for (const auto& [name, ad] : f.adapters) {
+      EXPECT_TRUE(test::bitwise_equal(ad.a, r.adapters.at(name).a)) << name;
+      EXPECT_TRUE(test::bitwise_equal(ad.b, r.adapters.at(name).b)) << name;
+    }
   }
 
   // A checkpoint of two ranks refuses to resume on one, and says why and what to do.
