@@ -132,10 +132,10 @@ void Comm::barrier(const std::string& what) {
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void Comm::announce_failure(const std::string& message) noexcept {
+void Comm::announce_failure(const std::exception& e) noexcept {
   if (!store_) return;
   try {
-    store_->set("error/" + std::to_string(env_.rank), bytes(message));
+    store_->set("error/" + std::to_string(env_.rank), bytes(first_line(e)));
   } catch (...) {
     // The store is gone too; the other ranks learn of this rank's stop from their sockets.
   }

@@ -45,9 +45,9 @@ class Comm {
   at::Tensor allgather(const at::Tensor& t, const std::string& what);
   void barrier(const std::string& what);
 
-  // Tells the other ranks why this one is about to stop (they name it when their next collective
-  // fails). Never throws: it runs while an error is already on its way out.
-  void announce_failure(const std::string& message) noexcept;
+  // Tells the other ranks why this one is about to stop: the first line of `e`'s message (they
+  // quote it when their next collective fails). Never throws: it runs while `e` is on its way out.
+  void announce_failure(const std::exception& e) noexcept;
 
   // Seconds spent inside collectives since construction.
   double seconds() const { return seconds_; }

@@ -75,12 +75,6 @@ double evaluate(schedule::LayerScheduler& scheduler,
   return total[1] > 0 ? total[0] / total[1] : std::nan("");
 }
 
-std::string first_line(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  std::string s = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  return s.substr(0, s.find('\n'));
-}
-
 TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
   const auto t_start = std::chrono::steady_clock::now();
   const RankConsole console(comm);
@@ -428,7 +422,7 @@ TrainResult train(const config::RunConfig& c) {
   try {
     return train_rank(c, comm);
   } catch (const std::exception& e) {
-    comm.announce_failure(first_line(e));  // See Note [Naming a failed rank] (engine/dist/comm.cpp).
+    comm.announce_failure(e);  // See Note [Naming a failed rank] (engine/dist/comm.cpp).
     throw;
   }
 }

@@ -5,6 +5,7 @@
 #include "engine/dist/comm.h"
 
 #include <functional>
+#include <stdexcept>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -87,7 +88,7 @@ TEST(Comm, ACollectiveThatLosesItsPeerNamesIt) {
   run_ranks(2, std::chrono::seconds(30), [&](Comm& comm) {
     comm.barrier("starting");
     if (comm.rank() == 1) {
-      comm.announce_failure("data.jsonl line 7: not JSON");
+      comm.announce_failure(std::runtime_error("data.jsonl line 7: not JSON"));
       return;  // the Comm goes, and its sockets with it
     }
     auto t = at::ones({4});
