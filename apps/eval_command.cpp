@@ -31,7 +31,7 @@ struct Options {
 std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& c,
                                                const std::string& data,
                                                int64_t vocab_size) {
-  if (!data.empty()) return engine::data::read_pretokenized_jsonl(data, c.sequence_len);
+  if (!data.empty()) return engine::data::read_pretokenized_jsonl(data, c.sequence_len, vocab_size);
   TORCH_CHECK(!c.datasets.empty(), "no data to evaluate: pass --data FILE.jsonl or list datasets in the config");
   const auto tokenizer = engine::train::run_tokenizer(c, vocab_size);
   return engine::train::load_training_samples(c, tokenizer.get(), stderr);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 
+#include "apps/output_folder.h"
 #include "engine/model/init_model.h"
 
 namespace qtrain::apps {
@@ -14,10 +15,12 @@ struct Options {
   std::string out;
   uint64_t seed = 0;
   std::string dtype = "fp32";
+  bool overwrite = false;
 };
 
 void run(const Options& o) {
   using namespace engine::model;
+  check_output_folder("init-model", o.out, {}, o.overwrite);
   const auto config = preset_config(architecture_from_name(o.arch), o.preset);
   const auto dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   std::fprintf(stderr,
@@ -41,7 +44,8 @@ void add_init_model_command(CLI::App& app) {
   cmd->add_option("--arch", o->arch, "llama, mistral, qwen2, qwen3, gemma2 or gemma3")->capture_default_str();
   cmd->add_option("--preset", o->preset, "tiny, demo, small, llama3.2-1b, llama3-8b, gemma2-2b or gemma3-1b")
       ->capture_default_str();
-  cmd->add_option("--out", o->out, "output folder")->required();
+  cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
+  cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");
   cmd->add_option("--seed", o->seed, "random seed of the weights")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   cmd->callback([o] { run(*o); });

@@ -7,10 +7,11 @@
 #include <ATen/ATen.h>
 
 #include "apps/command_config.h"
+#include "apps/output_folder.h"
 #include "engine/config/run_config.h"
 #include "engine/io/peft_adapter.h"
-#include "engine/model/lora_attach.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/lora_attach.h"
 
 namespace qtrain::apps {
 namespace {
@@ -20,12 +21,14 @@ struct Options {
   std::string adapter;
   std::string out;
   std::string dtype = "bf16";
+  bool overwrite = false;
   std::vector<std::string> sets;
 };
 
 void run(const Options& o) {
   using namespace engine;
   const auto c = load_command_config(o.config, o.sets);
+  check_output_folder("merge", o.out, {{"base_model", c.base_model}, {"--adapter", o.adapter}}, o.overwrite);
   const auto out_dtype = o.dtype == "fp32" ? at::kFloat : at::kBFloat16;
   const auto folder = io::HfFolder::open(c.base_model);
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32.
@@ -69,7 +72,8 @@ void add_merge_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("merge", "Fold a LoRA adapter into the base weights and write a plain HF folder");
   cmd->add_option("config", o->config, "run config naming base_model")->required()->check(CLI::ExistingFile);
   cmd->add_option("--adapter", o->adapter, "PEFT adapter folder")->required();
-  cmd->add_option("--out", o->out, "output folder")->required();
+  cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
+  cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");
   cmd->add_option("--dtype", o->dtype, "bf16 or fp32")->check(CLI::IsMember({"bf16", "fp32"}))->capture_default_str();
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o] { run(*o); });

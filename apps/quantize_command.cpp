@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "apps/command_config.h"
+#include "apps/output_folder.h"
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
 #include "engine/train/model_setup.h"
@@ -17,6 +18,7 @@ namespace {
 struct Options {
   std::string config;
   std::string out;
+  bool overwrite = false;
   std::vector<std::string> sets;
 };
 
@@ -26,6 +28,7 @@ void run(const Options& o) {
   TORCH_CHECK(c.load_in_4bit || c.load_in_8bit,
               o.config,
               ": quantize needs load_in_4bit: true or load_in_8bit: true in the config (or --set load_in_4bit=true)");
+  check_output_folder("quantize", o.out, {{"base_model", c.base_model}}, o.overwrite);
   c.device = "cpu";  // the file is written from host memory; quantization is the same bytes on any device
   const auto folder = io::HfFolder::open(c.base_model);
   const auto options = train::load_options(c);
@@ -79,7 +82,8 @@ void add_quantize_command(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("quantize", "Write the config's base model as a bitsandbytes pre-quantized HF folder");
   cmd->add_option("config", o->config, "run config (YAML, axolotl keys)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out", o->out, "output folder")->required();
+  cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
+  cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o] { run(*o); });
 }

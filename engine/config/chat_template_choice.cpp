@@ -7,6 +7,7 @@
 #include <c10/util/Exception.h>
 
 #include "engine/text/named_chat_template.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::config {
 
@@ -48,6 +49,8 @@ void apply_chat_template(const std::string& choice,
     return;
   }
   const std::filesystem::path file = resolve(jinja);
+  const auto problem = text::regular_file_problem(file, text::kMaxTemplateBytes);
+  TORCH_CHECK(problem.empty(), jinja_place, ": chat_template_jinja: ", file.string(), " ", problem);
   std::ifstream in(file, std::ios::binary);
   TORCH_CHECK(in.good(),
               jinja_place,

@@ -25,6 +25,7 @@
 #include "engine/config/config_reader.h"
 #include "engine/config/yaml_place.h"
 #include "engine/config/yaml_scalar.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::config {
 
@@ -455,6 +456,8 @@ RunConfig parse_run_config(const std::string& yaml_text,
 }
 
 RunConfig load_run_config(const std::filesystem::path& file, const std::vector<std::string>& overrides) {
+  const auto problem = text::regular_file_problem(file, text::kMaxConfigBytes);
+  TORCH_CHECK(problem.empty(), file.string(), " ", problem);
   std::ifstream in(file, std::ios::binary);
   TORCH_CHECK(in.good(),
               file.string(),

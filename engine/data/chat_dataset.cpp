@@ -12,6 +12,7 @@
 
 #include "engine/text/chat_template.h"
 #include "engine/text/jinja_error.h"
+#include "engine/text/json_depth.h"
 #include "engine/text/utf8.h"
 
 namespace qtrain::engine::data {
@@ -194,8 +195,11 @@ void parse_tool_arguments(nlohmann::ordered_json& message, const std::string& at
     if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
     auto& function = call["function"];
     if (!function.contains("arguments") || !function["arguments"].is_string()) continue;
+    const auto& arguments = function["arguments"].get_ref<const std::string&>();
+    const auto problem = text::json_depth_problem(arguments);
+    TORCH_CHECK(problem.empty(), at, ".tool_calls[", k, "].function.arguments: ", problem);
     try {
-      function["arguments"] = nlohmann::ordered_json::parse(function["arguments"].get<std::string>());
+      function["arguments"] = nlohmann::ordered_json::parse(arguments);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false,
                   at,
@@ -294,6 +298,8 @@ std::vector<Turn> read_turns(const nlohmann::ordered_json& row,
               "\": \"...\"}, ...]}; set the dataset's field_messages: to the key that holds the conversation");
   nlohmann::ordered_json messages = *it;
   if (messages.is_string()) {  // a conversation stored as a JSON string, as axolotl accepts
+    const auto problem = text::json_depth_problem(messages.get_ref<const std::string&>());
+    TORCH_CHECK(problem.empty(), where, ": \"", field, "\": ", problem);
     try {
       messages = without_nulls(nlohmann::ordered_json::parse(messages.get<std::string>()));
     } catch (const nlohmann::json::parse_error& e) {
@@ -401,6 +407,8 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
     if (const auto tools = row.find(d.field_tools); tools != row.end()) {
       input.tools = *tools;  // in the file's key order, as the template's tojson writes it
       if (input.tools.is_string()) {
+        const auto problem = text::json_depth_problem(tools->get_ref<const std::string&>());
+        TORCH_CHECK(problem.empty(), where, ": \"", d.field_tools, "\": ", problem);
         try {
           input.tools = nlohmann::ordered_json::parse(tools->get<std::string>());
         } catch (const nlohmann::json::parse_error& e) {

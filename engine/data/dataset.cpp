@@ -164,7 +164,8 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
                                  DatasetStats* stats,
-                                 const RowMapOptions& rows) {
+                                 const RowMapOptions& rows,
+                                 int64_t vocab_size) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   const auto& path = d.path;
   TORCH_CHECK(is_json(path),
@@ -190,7 +191,7 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
   std::vector<Sample> samples;
   if (type == "pretokenized") {
     // Read whole, so that truncation is counted below like that of the text formats.
-    samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max());
+    samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max(), vocab_size);
   } else if (type == "completion") {
     samples = read_completion(d, *tokenizer, rows);
   } else if (type == "chat_template") {

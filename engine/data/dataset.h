@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,14 +41,16 @@ struct DatasetStats {
 };
 
 // `tokenizer` is null when the model has none (text types are then an error). Every error names
-// the file and line, the field, the value and the fix. Rows convert on `rows.threads` threads with
+// the file and line, the field, the value and the fix. Pre-tokenized ids must lie in
+// [0, vocab_size) (the model's; the default only refuses negative ones). Rows convert on `rows.threads` threads with
 // the same result as on one (See Note [Parallel rows] in row_map.cpp).
 std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                                  const TextTokenizer* tokenizer,
                                  int64_t sequence_len,
                                  bool train_on_inputs,
                                  DatasetStats* stats = nullptr,
-                                 const RowMapOptions& rows = {});
+                                 const RowMapOptions& rows = {},
+                                 int64_t vocab_size = std::numeric_limits<int64_t>::max());
 
 // axolotl's alpaca prompt (prompters.AlpacaPrompter, style "instruct") up to and including
 // "### Response:\n"; `input` empty selects the variant without an input section.

@@ -54,7 +54,8 @@ std::filesystem::path prepared_file(const std::filesystem::path& dir, const std:
 std::optional<std::vector<Sample>> read_prepared(const std::filesystem::path& dir, const std::string& key) {
   const auto file = prepared_file(dir, key);
   if (!std::filesystem::exists(file)) return std::nullopt;
-  return read_pretokenized_jsonl(file, std::numeric_limits<int64_t>::max());
+  // Written by qtrain from checked samples; the ids were checked against the model then.
+  return read_pretokenized_jsonl(file, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max());
 }
 
 void write_prepared(const std::filesystem::path& dir, const std::string& key, const std::vector<Sample>& samples) {

@@ -8,6 +8,9 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
+
 namespace qtrain::engine::data {
 namespace {
 
@@ -23,9 +26,67 @@ std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key
   return out;
 }
 
+// Each id in [0, vocab_size), or -100 where `ignore` allows it (labels): an id outside the
+// embedding would otherwise fail only when its batch is reached, without the file or row.
+void check_ids(
+    const std::vector<int64_t>& ids, const char* key, int64_t vocab_size, bool ignore, const std::string& where) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t id = ids[i];
+    TORCH_CHECK((id >= 0 && id < vocab_size) || (ignore && id == -100),
+                where,
+                ": \"",
+                key,
+                "\"[",
+                i,
+                "] is ",
+                id,
+                ", outside the model's vocabulary [0, ",
+                vocab_size,
+                ")",
+                ignore ? " (or -100, not predicted)" : "",
+                "; was the data tokenized for another model?");
+  }
+}
+
+// Note [Pre-tokenized attention_mask]
+// A row may carry the attention_mask its tokenizer wrote. Padding (mask 0) at the start or end of
+// the row is removed with its labels, so that it is neither attended to nor trained on, as the
+// Python stack masks it; a 0 between 1s has no meaning in a causal sequence and is an error.
+void strip_padding(Sample& s, const std::vector<int64_t>& mask, const std::string& where) {
+  TORCH_CHECK(mask.size() == s.input_ids.size(),
+              where,
+              ": \"attention_mask\" has ",
+              mask.size(),
+              " entries but \"input_ids\" has ",
+              s.input_ids.size());
+  const auto bad = std::find_if(mask.begin(), mask.end(), [](int64_t m) { return m != 0 && m != 1; });
+  TORCH_CHECK(bad == mask.end(),
+              where,
+              ": \"attention_mask\"[",
+              bad - mask.begin(),
+              "] is ",
+              bad == mask.end() ? 0 : *bad,
+              "; it must hold 0 (padding) or 1");
+  const auto first = std::find(mask.begin(), mask.end(), 1);
+  TORCH_CHECK(first != mask.end(), where, ": \"attention_mask\" is all 0: the row is only padding; remove it");
+  const auto last = std::find(mask.rbegin(), mask.rend(), 1).base();  // one past the last 1
+  const auto hole = std::find(first, last, 0);
+  TORCH_CHECK(hole == last,
+              where,
+              ": \"attention_mask\"[",
+              hole - mask.begin(),
+              "] is 0 between 1s; qtrain takes padding only at the start or end of a row (remove the padding "
+              "inside it, or split the row in two)");
+  const auto begin = first - mask.begin(), end = last - mask.begin();
+  s.input_ids = std::vector<int64_t>(s.input_ids.begin() + begin, s.input_ids.begin() + end);
+  s.labels = std::vector<int64_t>(s.labels.begin() + begin, s.labels.begin() + end);
+}
+
 }  // namespace
 
 nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where) {
+  const auto problem = text::json_depth_problem(line);
+  TORCH_CHECK(problem.empty(), where, ": ", problem);
   nlohmann::ordered_json row;
   try {
     row = nlohmann::ordered_json::parse(line);
@@ -39,6 +100,8 @@ nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::strin
 int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit) {
+  const auto file_problem = text::regular_file_problem(path);
+  TORCH_CHECK(file_problem.empty(), "dataset ", path.string(), " ", file_problem);
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   int64_t rows = 0;
@@ -46,9 +109,12 @@ int64_t for_each_jsonl_row(
   auto ext = path.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   if (ext == ".json" && (in >> std::ws).peek() == '[') {
+    const std::string contents(std::istreambuf_iterator<char>(in), {});
+    const auto depth_problem = text::json_depth_problem(contents);
+    TORCH_CHECK(depth_problem.empty(), path.string(), ": ", depth_problem);
     nlohmann::ordered_json array;
     try {
-      array = nlohmann::ordered_json::parse(in);
+      array = nlohmann::ordered_json::parse(contents);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, path.string(), ": not a valid JSON array of rows (", e.what(), ")");
     }
@@ -72,7 +138,9 @@ int64_t for_each_jsonl_row(
   return rows;
 }
 
-std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len) {
+std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path,
+                                            int64_t sequence_len,
+                                            int64_t vocab_size) {
   TORCH_CHECK(sequence_len > 1, "sequence_len must be at least 2, got ", sequence_len);
   std::vector<Sample> samples;
   for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
@@ -94,6 +162,9 @@ std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, i
     } else {
       s.labels = s.input_ids;
     }
+    check_ids(s.input_ids, "input_ids", vocab_size, false, where);
+    check_ids(s.labels, "labels", vocab_size, true, where);
+    if (row.contains("attention_mask")) strip_padding(s, int_list(row, "attention_mask", where), where);
     if (static_cast<int64_t>(s.input_ids.size()) > sequence_len) {
       s.input_ids.resize(sequence_len);
       s.labels.resize(sequence_len);

@@ -1,6 +1,6 @@
 // Pre-tokenized JSONL datasets: one JSON object per line with "input_ids" (a list of token ids)
-// and optionally "labels" (same length, -100 = not predicted), as axolotl accepts a dataset
-// entry without `type`. Rows longer than the sequence length are truncated.
+// and optionally "labels" (same length, -100 = not predicted) and "attention_mask", as axolotl
+// accepts a dataset entry without `type`. Rows longer than the sequence length are truncated.
 //
 // Also the types every dataset format ends in (Sample) and a micro-batch of them (Batch), and the
 // JSONL line reader the text formats (dataset.h) share, so that all formats report bad lines alike.
@@ -34,8 +34,12 @@ int64_t for_each_jsonl_row(
 // names `where` ("file:line").
 nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where);
 
-// Every error names the file, the line and the fix. Empty lines are skipped.
-std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path, int64_t sequence_len);
+// Every error names the file, the line and the fix. Empty lines are skipped. Ids must lie in
+// [0, vocab_size) (labels may also be -100). An "attention_mask" removes the padding it marks at
+// the start or end of a row (See Note [Pre-tokenized attention_mask] in pretokenized.cpp).
+std::vector<Sample> read_pretokenized_jsonl(const std::filesystem::path& path,
+                                            int64_t sequence_len,
+                                            int64_t vocab_size);
 
 // `samples` as the JSONL that read_pretokenized_jsonl reads: {"input_ids": [...], "labels": [...]}
 // per line.

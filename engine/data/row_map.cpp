@@ -15,6 +15,8 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/text/regular_file.h"
+
 namespace qtrain::engine::data {
 namespace {
 
@@ -78,6 +80,8 @@ int64_t row_map_threads(int64_t threads) {
 std::vector<Sample> map_jsonl_rows(const std::filesystem::path& path,
                                    const RowMapOptions& options,
                                    const RowToSamples& to_samples) {
+  const auto problem = text::regular_file_problem(path);
+  TORCH_CHECK(problem.empty(), "dataset ", path.string(), " ", problem);
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   TORCH_CHECK(options.chunk_rows > 0, "map_jsonl_rows: chunk_rows must be positive, got ", options.chunk_rows);

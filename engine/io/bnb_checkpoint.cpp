@@ -13,6 +13,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "engine/text/json_depth.h"
+
 namespace qtrain::engine::io {
 namespace {
 
@@ -106,6 +108,8 @@ BlobFields parse_blob(const at::Tensor& blob, ops::QuantType key_type, const std
               "; the checkpoint is corrupt");
   const at::Tensor bytes = blob.contiguous();
   const std::string_view text(reinterpret_cast<const char*>(bytes.const_data_ptr<uint8_t>()), bytes.numel());
+  const auto problem = text::json_depth_problem(text);
+  TORCH_CHECK(problem.empty(), where, ": ", problem, "; the quant_state blob is corrupt");
   nlohmann::json fields;
   try {
     fields = nlohmann::json::parse(text);

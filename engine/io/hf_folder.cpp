@@ -3,6 +3,8 @@
 // transformers' save_pretrained.
 #include "engine/io/hf_folder.h"
 #include "engine/io/durable_file.h"
+#include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
@@ -27,6 +29,8 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 std::string read_text(const std::filesystem::path& path) {
+  const auto problem = text::regular_file_problem(path, text::kMaxConfigBytes);
+  TORCH_CHECK(problem.empty(), path.string(), " ", problem);
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK(in, "cannot open ", path.string(), ": ", std::strerror(errno));
   std::ostringstream text;
@@ -38,6 +42,8 @@ std::string read_text(const std::filesystem::path& path) {
 nlohmann::json parse_json_file(const std::filesystem::path& path,
                                const nlohmann::json::parser_callback_t& callback = nullptr) {
   const std::string text = read_text(path);
+  const auto problem = text::json_depth_problem(text);
+  TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
   try {
     return nlohmann::json::parse(text, callback);
   } catch (const nlohmann::json::parse_error& e) {

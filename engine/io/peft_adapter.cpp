@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "engine/io/safetensors.h"
+#include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::io {
 
@@ -451,10 +453,15 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
 
   json j;
   {
+    const auto file_problem = text::regular_file_problem(config_path, text::kMaxConfigBytes);
+    TORCH_CHECK(file_problem.empty(), config_where, " ", file_problem);
     std::ifstream in(config_path);
     TORCH_CHECK(in, "cannot open ", config_where, ": ", std::strerror(errno));
+    const std::string contents(std::istreambuf_iterator<char>(in), {});
+    const auto depth_problem = text::json_depth_problem(contents);
+    TORCH_CHECK(depth_problem.empty(), config_where, ": ", depth_problem);
     try {
-      j = json::parse(in);
+      j = json::parse(contents);
     } catch (const json::parse_error& e) {
       TORCH_CHECK(false, config_where, ": not valid JSON (", e.what(), ")");
     }

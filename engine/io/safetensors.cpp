@@ -20,6 +20,8 @@
 #include <string_view>
 #include <tuple>
 
+#include "engine/text/json_depth.h"
+
 namespace qtrain::engine::io {
 
 // Safetensors data and the header length are little-endian; both are used in place.
@@ -127,38 +129,53 @@ std::optional<size_t> invalid_utf8_at(std::string_view s) {
   return std::nullopt;
 }
 
-// Parses the header, rejecting duplicate keys in any object. nlohmann keeps the last of two equal
-// keys silently; the format forbids them because two readers could then see two different tensors
-// (or dtypes, or offsets) under one name.
+// Builds the header's JSON value as nlohmann's own DOM parser does, and rejects duplicate keys
+// in any object: nlohmann keeps the last of two equal keys silently; the format forbids them
+// because two readers could then see two different tensors (or dtypes, or offsets) under one
+// name. A SAX handler rather than a parser callback, because nlohmann's callback parser scans the
+// enclosing object for discarded values each time an object ends: quadratic in the number of
+// tensors (64 k tensors took 17 s, 1 M never finished).
+class HeaderSax : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  HeaderSax(nlohmann::json& root, const std::string& where) : json_sax_dom_parser(root), where_(where) {}
+
+  bool start_object(std::size_t size) {
+    open_objects_.emplace_back();
+    return json_sax_dom_parser::start_object(size);
+  }
+  bool end_object() {
+    open_objects_.pop_back();
+    return json_sax_dom_parser::end_object();
+  }
+  bool key(std::string& key) {
+    if (open_objects_.size() == 1) tensor_ = key;
+    TORCH_CHECK(open_objects_.back().insert(key).second,
+                where_,
+                ": header has the key '",
+                key,
+                "' twice",
+                open_objects_.size() == 1 ? std::string() : " inside '" + tensor_ + "'",
+                "; duplicate keys are not allowed, rewrite the file without them");
+    return json_sax_dom_parser::key(key);
+  }
+
+ private:
+  const std::string& where_;
+  std::vector<std::set<std::string>> open_objects_;  // keys seen so far, innermost object last
+  std::string tensor_;  // the top-level key being parsed, to say where a nested duplicate is
+};
+
 nlohmann::json parse_header(std::string_view header, const std::string& where) {
-  using Event = nlohmann::json::parse_event_t;
-  std::vector<std::set<std::string>> open_objects;  // keys seen so far, innermost object last
-  std::string tensor;  // the top-level key being parsed, to say where a nested duplicate is
-  const nlohmann::json::parser_callback_t check_keys = [&](int depth, Event event, nlohmann::json& parsed) {
-    if (event == Event::object_start) {
-      open_objects.emplace_back();
-    } else if (event == Event::object_end) {
-      open_objects.pop_back();
-    } else if (event == Event::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (depth == 1) {
-        tensor = key;
-      }
-      TORCH_CHECK(open_objects.back().insert(key).second,
-                  where,
-                  ": header has the key '",
-                  key,
-                  "' twice",
-                  depth == 1 ? std::string() : " inside '" + tensor + "'",
-                  "; duplicate keys are not allowed, rewrite the file without them");
-    }
-    return true;
-  };
+  const auto problem = text::json_depth_problem(header);
+  TORCH_CHECK(problem.empty(), where, ": header ", problem, "; the file is corrupt");
+  nlohmann::json root;
+  HeaderSax sax(root, where);
   try {
-    return nlohmann::json::parse(header.begin(), header.end(), check_keys);
+    nlohmann::json::sax_parse(header.begin(), header.end(), &sax);
   } catch (const nlohmann::json::parse_error& e) {
     TORCH_CHECK(false, where, ": header is not valid JSON (", e.what(), "); the file is corrupt");
   }
+  return root;
 }
 
 uint64_t offset_value(const nlohmann::json& v, const std::string& where, const std::string& name) {
@@ -359,7 +376,8 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   const std::string where = path.string();
-  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   TORCH_CHECK(fd.fd >= 0, "cannot open safetensors file ", where, ": ", std::strerror(errno));
   struct stat st {};
   TORCH_CHECK(::fstat(fd.fd, &st) == 0, "cannot stat ", where, ": ", std::strerror(errno));

@@ -7,6 +7,7 @@
 
 #include "engine/text/jinja_error.h"
 #include "engine/text/named_chat_template_table.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::text {
 
@@ -51,6 +52,9 @@ std::string choose_chat_template(const std::string& choice, const std::optional<
   if (choice.starts_with(kTokenizerDefaultFallbackPrefix)) {
     return tokenizer_template ? *tokenizer_template
                               : named_chat_template(choice.substr(kTokenizerDefaultFallbackPrefix.size()));
+  }
+  if (auto problem = regular_file_problem(choice, kMaxTemplateBytes); !problem.empty()) {
+    throw TemplateError("chat template file " + choice + " " + problem);
   }
   std::ifstream in(choice, std::ios::binary);
   if (!in) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/text/jinja_error.h"
+#include "engine/text/json_depth.h"
 
 namespace qtrain::engine::text {
 namespace {
@@ -28,6 +29,7 @@ ChatTemplateInput read_conversation(const std::string& line, size_t n) {
   const std::string shape =
       "each line is one conversation: [{\"role\": \"user\", \"content\": \"...\"}, ...] or {\"messages\": [...], "
       "\"tools\": [...]}";
+  if (auto problem = json_depth_problem(line); !problem.empty()) throw TokenizerError(line_place(n) + problem);
   nlohmann::ordered_json row;
   try {
     row = nlohmann::ordered_json::parse(line);

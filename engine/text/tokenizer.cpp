@@ -6,10 +6,12 @@
 #include <sstream>
 
 #include "engine/text/decoder.h"
+#include "engine/text/json_depth.h"
 #include "engine/text/json_fields.h"
 #include "engine/text/normalizer.h"
 #include "engine/text/post_processor.h"
 #include "engine/text/pre_tokenizer.h"
+#include "engine/text/regular_file.h"
 #include "engine/text/utf8.h"
 
 namespace qtrain::engine::text {
@@ -34,6 +36,9 @@ Tokenizer::~Tokenizer() = default;
 namespace {
 
 std::string read_file(const std::filesystem::path& path) {
+  if (auto problem = regular_file_problem(path, kMaxTokenizerBytes); !problem.empty()) {
+    throw TokenizerError(path.string() + " " + problem);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw TokenizerError(path.string() + ": cannot read it; check the path and permissions");
   std::stringstream s;
@@ -42,6 +47,7 @@ std::string read_file(const std::filesystem::path& path) {
 }
 
 nlohmann::json parse_json(const std::string& text, const std::string& file) {
+  if (auto problem = json_depth_problem(text); !problem.empty()) throw TokenizerError(file + ": " + problem);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

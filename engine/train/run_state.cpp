@@ -10,6 +10,8 @@
 
 #include "engine/io/durable_file.h"
 #include "engine/io/safetensors.h"
+#include "engine/text/json_depth.h"
+#include "engine/text/regular_file.h"
 
 namespace qtrain::engine::train {
 namespace fs = std::filesystem;
@@ -75,9 +77,15 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
               kStateFile,
               "); point resume_from_checkpoint at an output_dir/checkpoint-N folder, or use true for the newest");
   CheckpointContents c;
+  const auto file_problem = text::regular_file_problem(dir / kStateFile, text::kMaxConfigBytes);
+  TORCH_CHECK(file_problem.empty(), (dir / kStateFile).string(), " ", file_problem);
+  std::ifstream in(dir / kStateFile);
+  const std::string contents(std::istreambuf_iterator<char>(in), {});
+  const auto depth_problem = text::json_depth_problem(contents);
+  TORCH_CHECK(depth_problem.empty(), (dir / kStateFile).string(), ": ", depth_problem);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(std::ifstream(dir / kStateFile));
+    j = nlohmann::json::parse(contents);
     c.state.global_step = j.at("global_step").get<int64_t>();
     c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
     c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};

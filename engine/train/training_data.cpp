@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -90,7 +91,12 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     data::RowMapOptions rows;
     rows.threads = c.dataset_processes;
     rows.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
-    samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats, rows);
+    // Pre-tokenized ids are checked against the model's vocabulary here; a tokenizer's ids are
+    // within it already (model_tokenizer checks the tokenizer's size).
+    const bool pretokenized = d.type.empty() || d.type == "pretokenized";
+    const int64_t vocab_size =
+        pretokenized ? read_model_config(c.base_model).vocab_size : std::numeric_limits<int64_t>::max();
+    samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats, rows, vocab_size);
   }
   std::fprintf(log,
                "data: %s: %lld rows, %lld longer than %lld tokens %s, %lld without trained tokens dropped\n",

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -270,6 +271,56 @@ TEST_F(Commands, AChatDatasetTrainsThroughTheModelsTokenizer) {
   const auto written = lines(out);
   ASSERT_EQ(written.size(), 8u);
   EXPECT_EQ(written, lines(reference));
+}
+
+// Every file of `dir` with its bytes, to show that a refused command changed nothing.
+std::map<std::string, std::string> folder_bytes(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    files[e.path().lexically_relative(dir).string()] = std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  return files;
+}
+
+TEST_F(Commands, ModelWritersRefuseToWriteOverTheirInputOrAnExistingModel) {
+  // A copy of the fixture, so that a broken check destroys nothing shared.
+  const auto base = dir_ / "base";
+  fs::copy(test::model_fixture("llama") / "base", base);
+  const auto before = folder_bytes(base);
+  const auto config = write_config(base);
+  const auto adapter = (test::model_fixture("llama") / "adapter").string();
+  struct Refusal {
+    std::string command, message;
+  };
+  const std::vector<Refusal> refusals = {
+      {" quantize " + config.string() + " --out " + base.string(),
+       "is or lies inside the folder it reads (base_model: "},
+      {" quantize " + config.string() + " --overwrite --out " + (base / ".." / "base" / "").string(),
+       "is or lies inside the folder it reads"},
+      {" merge " + config.string() + " --adapter " + adapter + " --out " + (base / "merged").string(),
+       "is or lies inside the folder it reads (base_model: "},
+      {" merge " + config.string() + " --adapter " + adapter + " --out " + dir_.string(),
+       "contains the folder it reads"},
+      {" init-model --arch llama --preset tiny --out " + base.string(),
+       "already holds files (config.json, generation_config.json, model.safetensors); give --out a new folder, or pass "
+       "--overwrite"},
+  };
+  for (const auto& [command, message] : refusals) {
+    const auto r = run(qtrain() + command, /*with_stderr=*/true);
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_NE(r.out.find(message), std::string::npos) << command << "\n" << r.out;
+  }
+  EXPECT_EQ(folder_bytes(base), before);
+  EXPECT_FALSE(fs::exists(base / "merged"));
+  // A folder the command does not read may be replaced when the user says so.
+  const auto out = dir_ / "tiny";
+  ASSERT_EQ(run(qtrain() + " init-model --arch llama --preset tiny --seed 1 --out " + out.string()).status, 0);
+  EXPECT_NE(run(qtrain() + " init-model --arch llama --preset tiny --seed 2 --out " + out.string()).status, 0);
+  ASSERT_EQ(run(qtrain() + " init-model --arch llama --preset tiny --seed 2 --overwrite --out " + out.string()).status,
+            0);
+  EXPECT_NE(folder_bytes(out), folder_bytes(base));
 }
 
 TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {

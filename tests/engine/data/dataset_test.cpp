@@ -108,6 +108,38 @@ TEST_F(DatasetTest, PretokenizedWithAndWithoutType) {
   }
 }
 
+TEST_F(DatasetTest, PretokenizedAttentionMaskRemovesPaddingAtEitherEnd) {
+  const std::string rows =
+      "{\"input_ids\": [5, 6, 7, 0, 0], \"attention_mask\": [1, 1, 1, 0, 0]}\n"
+      "{\"input_ids\": [0, 0, 8, 9], \"labels\": [-100, -100, -100, 9], \"attention_mask\": [0, 0, 1, 1]}\n"
+      "{\"input_ids\": [3, 4], \"attention_mask\": [1, 1]}\n";
+  const auto samples = load_dataset(file(rows, ""), nullptr, 8, false);
+  ASSERT_EQ(samples.size(), 3u);
+  EXPECT_EQ(samples[0].input_ids, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(samples[0].labels, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(samples[1].input_ids, (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(samples[1].labels, (std::vector<int64_t>{-100, 9}));
+  EXPECT_EQ(samples[2].input_ids, (std::vector<int64_t>{3, 4}));
+}
+
+TEST_F(DatasetTest, PretokenizedIdsOutsideTheVocabularyNameTheRow) {
+  const std::string good = "{\"input_ids\": [1, 2]}\n";
+  expect_error(
+      [&] { load_dataset(file(good + "{\"input_ids\": [1, 2, 10]}\n", ""), nullptr, 8, false, nullptr, {}, 10); },
+      "data.jsonl:2: \"input_ids\"[2] is 10, outside the model's vocabulary [0, 10); was the data tokenized "
+      "for another model?");
+  expect_error([&] { load_dataset(file(good + "{\"input_ids\": [-1, 2]}\n", ""), nullptr, 8, false); },
+               "data.jsonl:2: \"input_ids\"[0] is -1, outside the model's vocabulary");
+  expect_error(
+      [&] {
+        load_dataset(
+            file(good + "{\"input_ids\": [1, 2], \"labels\": [-100, 11]}\n", ""), nullptr, 8, false, nullptr, {}, 10);
+      },
+      "data.jsonl:2: \"labels\"[1] is 11, outside the model's vocabulary [0, 10) (or -100, not predicted)");
+  // The same ids within the vocabulary load.
+  EXPECT_EQ(load_dataset(file(good + "{\"input_ids\": [1, 9]}\n", ""), nullptr, 8, false, nullptr, {}, 10).size(), 2u);
+}
+
 TEST_F(DatasetTest, LongSamplesAreDroppedByDefault) {
   const auto d = file("{\"text\": \"abcdef\"}\n{\"text\": \"ab\"}\n", "completion");
   ASSERT_EQ(d.excess_length_strategy, "drop");
@@ -301,6 +333,16 @@ TEST_F(DatasetTest, BadRowsNameLineFieldAndFix) {
       {"",
        "{\"input_ids\": [1, 2], \"labels\": [1]}",
        "data.jsonl:3: \"labels\" has 1 entries but \"input_ids\" has 2"},
+      {"",
+       "{\"input_ids\": [1, 2, 3], \"attention_mask\": [1, 0, 1]}",
+       "data.jsonl:3: \"attention_mask\"[1] is 0 between 1s; qtrain takes padding only at the start or end of a row"},
+      {"", "{\"input_ids\": [1, 2], \"attention_mask\": [0, 0]}", "data.jsonl:3: \"attention_mask\" is all 0"},
+      {"",
+       "{\"input_ids\": [1, 2], \"attention_mask\": [1, 2]}",
+       "data.jsonl:3: \"attention_mask\"[1] is 2; it must hold 0"},
+      {"",
+       "{\"input_ids\": [1, 2], \"attention_mask\": [1]}",
+       "\"attention_mask\" has 1 entries but \"input_ids\" has 2"},
   };
   // A good row, a blank line (skipped, but counted), then the bad row on line 3.
   for (const auto& c : cases) {
