@@ -93,6 +93,11 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, (dir / kStateFile).string(), ": not a valid trainer state (", e.what(), ")");
   }
+  TORCH_CHECK(c.state.world_size >= 1,
+              (dir / kStateFile).string(),
+              ": world_size ",
+              c.state.world_size,
+              " is not a number of ranks (1 or more); the checkpoint is damaged, resume from an earlier one");
   const auto rng = io::safetensors_load(dir / kRngFile);
   for (int64_t r = 0; r < c.state.world_size; ++r) {
     const auto cpu = rng.find(rng_key("cpu", r));
