@@ -7,6 +7,7 @@
 
 #include "apps/eval_command.h"
 #include "apps/init_model_command.h"
+#include "apps/launch_command.h"
 #include "apps/merge_command.h"
 #include "apps/plan_command.h"
 #include "apps/preprocess_command.h"
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   qtrain::apps::add_plan_command(app, exit_code);
   qtrain::apps::add_train_command(app, exit_code);
+  qtrain::apps::add_launch_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

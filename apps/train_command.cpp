@@ -22,11 +22,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->callback([o, &exit_code] {
     const auto config = load_command_config(o->config, o->sets);
     const auto r = engine::train::train(config);
-    std::printf("done: %lld steps (%lld skipped), last loss %.4f, output in %s\n",
-                static_cast<long long>(r.steps),
-                static_cast<long long>(r.skipped_steps),
-                r.last_loss,
-                r.output_dir.c_str());
+    if (r.lead) {
+      std::printf("done: %lld steps (%lld skipped), last loss %.4f, output in %s\n",
+                  static_cast<long long>(r.steps),
+                  static_cast<long long>(r.skipped_steps),
+                  r.last_loss,
+                  r.output_dir.c_str());
+    }
     if (r.interrupted) exit_code = 130;
   });
 }

@@ -74,6 +74,7 @@ const std::vector<std::string> kKeys = {
     "auto_resume_from_checkpoints",
     "overwrite_output_dir",
     "use_tensorboard",
+    "ddp_timeout",
 };
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they

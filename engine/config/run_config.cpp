@@ -347,6 +347,8 @@ RunConfig read_config(Reader& r) {
   c.auto_resume_from_checkpoints = r.boolean("auto_resume_from_checkpoints", c.auto_resume_from_checkpoints);
   c.overwrite_output_dir = r.boolean("overwrite_output_dir", c.overwrite_output_dir);
   c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
+  c.ddp_timeout =
+      r.integer("ddp_timeout", c.ddp_timeout, at_least(1), "use the seconds a rank waits for the others, e.g. 1800");
   r.check_all_read();
 
   // --- combinations ---

@@ -245,6 +245,11 @@ struct RunConfig {
   // Also write TensorBoard event files.
   bool use_tensorboard = false;
 
+  // --- multi-process runs (docs/DISTRIBUTED.md) ---
+  // Seconds a rank waits for the others at the rendezvous and in each collective before it stops
+  // with an error (axolotl's and transformers' key and default).
+  int64_t ddp_timeout = 1800;
+
   // Not a key: the axolotl settings of this config that change speed, not what is trained, and
   // that qtrain therefore accepts and ignores, each as "key (why)". Commands print them once
   // (ignored_keys_note). to_yaml does not write them.

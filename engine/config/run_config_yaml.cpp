@@ -184,6 +184,7 @@ std::string to_yaml(const RunConfig& c) {
   line("auto_resume_from_checkpoints", boolean_text(c.auto_resume_from_checkpoints));
   line("overwrite_output_dir", boolean_text(c.overwrite_output_dir));
   line("use_tensorboard", boolean_text(c.use_tensorboard));
+  line("ddp_timeout", std::to_string(c.ddp_timeout));
   return out.str();
 }
 

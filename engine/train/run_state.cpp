@@ -22,6 +22,12 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng_state.safetensors";
 constexpr const char* kConfigFile = "run_config.yaml";
 
+// Rank 0's states keep the names of single-process checkpoints ("cpu", "cuda"); rank r's are
+// "cpu.rank<r>", "cuda.rank<r>".
+std::string rng_key(const std::string& device, size_t rank) {
+  return rank == 0 ? device : device + ".rank" + std::to_string(rank);
+}
+
 std::optional<int64_t> checkpoint_step(const fs::path& dir) {
   static const std::regex name("checkpoint-([0-9]+)");
   std::smatch m;
@@ -45,14 +51,16 @@ fs::path save_checkpoint(const fs::path& output_dir,
   fs::create_directories(tmp);
   io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
   io::safetensors_save(tmp / kOptimizerFile, optimizer.state_tensors());
-  std::vector<std::pair<std::string, at::Tensor>> rng = {{"cpu", state.rng_cpu}};
-  if (state.rng_cuda.defined()) rng.emplace_back("cuda", state.rng_cuda);
+  std::vector<std::pair<std::string, at::Tensor>> rng;
+  for (size_t r = 0; r < state.rng_cpu.size(); ++r) rng.emplace_back(rng_key("cpu", r), state.rng_cpu[r]);
+  for (size_t r = 0; r < state.rng_cuda.size(); ++r) rng.emplace_back(rng_key("cuda", r), state.rng_cuda[r]);
   io::safetensors_save(tmp / kRngFile, rng);
   const nlohmann::json j = {{"global_step", state.global_step},
                             {"skipped_steps", state.skipped_steps},
                             {"data_epoch", state.data.epoch},
                             {"data_batch", state.data.batch},
                             {"optimizer", std::string(optimizer.name())},
+                            {"world_size", state.world_size},
                             {"format", "qtrain-checkpoint-1"}};
   io::write_file_synced(tmp / kConfigFile, run_config_yaml);
   io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
@@ -83,12 +91,33 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
     c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
     c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};
     c.optimizer_name = j.value("optimizer", std::string("adamw_torch"));
+    c.state.world_size = j.value("world_size", int64_t{1});  // absent before multi-process runs
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, (dir / kStateFile).string(), ": not a valid trainer state (", e.what(), ")");
   }
+  TORCH_CHECK(c.state.world_size >= 1,
+              (dir / kStateFile).string(),
+              ": world_size ",
+              c.state.world_size,
+              " is not a number of ranks (1 or more); the checkpoint is damaged, resume from an earlier one");
   const auto rng = io::safetensors_load(dir / kRngFile);
-  c.state.rng_cpu = rng.at("cpu").clone();
-  if (rng.count("cuda")) c.state.rng_cuda = rng.at("cuda").clone();
+  for (int64_t r = 0; r < c.state.world_size; ++r) {
+    const auto cpu = rng.find(rng_key("cpu", r));
+    TORCH_CHECK(cpu != rng.end(),
+                (dir / kRngFile).string(),
+                ": no generator state ",
+                rng_key("cpu", r),
+                " for rank ",
+                r,
+                " of the ",
+                c.state.world_size,
+                " in ",
+                kStateFile,
+                "; the checkpoint is damaged, resume from an earlier one");
+    c.state.rng_cpu.push_back(cpu->second.clone());
+    if (const auto cuda = rng.find(rng_key("cuda", r)); cuda != rng.end())
+      c.state.rng_cuda.push_back(cuda->second.clone());
+  }
   for (auto& [k, v] : io::safetensors_load(dir / kOptimizerFile)) c.optimizer.emplace(k, v.clone());
   auto adapter = io::load_peft_adapter(dir);
   c.adapters = std::move(adapter.adapters);

@@ -24,8 +24,12 @@ struct RunState {
   int64_t global_step = 0;    // optimizer steps done (skipped ones included)
   int64_t skipped_steps = 0;  // steps skipped for a non-finite loss or gradient
   data::DataLoader::Position data;
-  at::Tensor rng_cpu;   // the CPU generator's state
-  at::Tensor rng_cuda;  // the CUDA generator's state, or undefined
+  // Ranks of the run that wrote it (engine/dist): a checkpoint resumes only on as many.
+  int64_t world_size = 1;
+  // Each rank's generator states, in rank order: the CPU generator's, and the CUDA one's (empty
+  // on a CPU run).
+  std::vector<at::Tensor> rng_cpu;
+  std::vector<at::Tensor> rng_cuda;
 };
 
 struct CheckpointContents {

@@ -5,18 +5,23 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
+#include "engine/dist/comm.h"
+#include "engine/dist/dist_env.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/schedule/rng_state.h"
 #include "engine/train/clip_grad.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/device_plan.h"
 #include "engine/train/interrupt.h"
 #include "engine/train/loss_watchdog.h"
@@ -51,46 +56,62 @@ schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device,
   return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids)};
 }
 
+// Rank r evaluates batches r, r + world_size, ...; the sums are summed over the ranks.
 double evaluate(schedule::LayerScheduler& scheduler,
                 const std::vector<data::Sample>& samples,
                 const config::RunConfig& c,
                 int64_t pad_id,
-                const at::Device& device) {
+                const at::Device& device,
+                dist::Comm& comm) {
   data::DataLoader loader(samples, c.micro_batch_size, c.sequence_len, /*packing=*/false, c.seed, pad_id);
   const auto plan = scheduler.prepare_eval();
   double sum = 0;
   int64_t tokens = 0;
   for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    const auto r = scheduler.eval_loss(plan, step_inputs(loader.next(), device, /*packed=*/false));
+    const auto batch = loader.next();
+    if (i % comm.world_size() != comm.rank()) continue;
+    const auto r = scheduler.eval_loss(plan, step_inputs(batch, device, /*packed=*/false));
     sum += r.loss_sum.item<double>();
     tokens += r.tokens;
   }
-  return tokens > 0 ? sum / tokens : std::nan("");
+  const auto total = sum_over_ranks(comm, {sum, static_cast<double>(tokens)}, "summing the evaluation loss");
+  return total[1] > 0 ? total[0] / total[1] : std::nan("");
 }
 
-}  // namespace
-
-TrainResult train(const config::RunConfig& c) {
+TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
   const auto t_start = std::chrono::steady_clock::now();
-  const fs::path resume = prepare_output_dir(c, stdout);
-  fs::create_directories(c.output_dir);
+  const RankConsole console(comm);
+  std::FILE* out = console.get();
+  // Rank 0 checks output_dir first (and with overwrite_output_dir clears it); the others then find
+  // the same checkpoint to resume from.
+  fs::path resume;
+  if (comm.lead()) resume = prepare_output_dir(c, out);
+  comm.barrier("waiting for rank 0 to check output_dir");
+  if (!comm.lead()) resume = prepare_output_dir(c, out);
   const std::string config_yaml = config::to_yaml(c);
-  std::ofstream(c.output_dir / "run_config.yaml") << config_yaml;
+  if (comm.lead()) {
+    fs::create_directories(c.output_dir);
+    std::ofstream(c.output_dir / "run_config.yaml") << config_yaml;
+  }
   at::manual_seed(c.seed);
 
   // Memory plan (before any weight is loaded), model and adapters.
   auto options = load_options(c);
+  options.device = rank_device(options.device, c.device, comm);
+  c10::OptionalDeviceGuard device_guard;
+  if (options.device.is_cuda()) device_guard.reset_device(options.device);
   const DevicePlan device_plan = plan_device(c, options.device);
   options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
-  std::printf("model: %s on %s, %s, base %s\n",
-              c.base_model.c_str(),
-              options.device.str().c_str(),
-              c10::toString(options.dtype),
-              options.quant.kind == model::QuantSpec::Kind::none   ? "not quantized"
-              : options.quant.kind == model::QuantSpec::Kind::int8 ? "int8"
-                                                                   : c.bnb_4bit_quant_type.c_str());
-  std::fflush(stdout);
+  std::fprintf(out,
+               "model: %s on %s, %s, base %s\n",
+               c.base_model.c_str(),
+               options.device.str().c_str(),
+               c10::toString(options.dtype),
+               options.quant.kind == model::QuantSpec::Kind::none   ? "not quantized"
+               : options.quant.kind == model::QuantSpec::Kind::int8 ? "int8"
+                                                                    : c.bnb_4bit_quant_type.c_str());
+  std::fflush(out);
   auto lm = model::CausalLM::load(folder, options);
   auto lora = lora_config(c);
   if (!c.lora_model_dir.empty()) {
@@ -109,12 +130,13 @@ TrainResult train(const config::RunConfig& c) {
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
-  std::printf("lora: r %lld, alpha %g%s, %zu tensors, %lld trainable parameters\n",
-              static_cast<long long>(lora.r),
-              lora.alpha,
-              lora.use_rslora ? " (rsLoRA)" : "",
-              params.size(),
-              static_cast<long long>(trainable));
+  std::fprintf(out,
+               "lora: r %lld, alpha %g%s, %zu tensors, %lld trainable parameters\n",
+               static_cast<long long>(lora.r),
+               lora.alpha,
+               lora.use_rslora ? " (rsLoRA)" : "",
+               params.size(),
+               static_cast<long long>(trainable));
 
   // Data, through the model's tokenizer (See training_data.h).
   const auto tokenizer = run_tokenizer(c, lm.config().vocab_size);
@@ -122,12 +144,19 @@ TrainResult train(const config::RunConfig& c) {
   const auto pad_id = tokenizer                                                         ? tokenizer->pad_id()
                       : data::uses_byte_tokenizer(c.base_model, lm.config().vocab_size) ? data::ByteTokenizer().pad()
                                                                                         : 0;
-  auto split =
-      data::split_for_eval(load_training_samples(c, tokenizer.get()), c.val_set_size, static_cast<uint64_t>(c.seed));
+  // With dataset_prepared_path rank 0 tokenizes and fills the cache first; the others read it.
+  const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
+  const std::string cache_wait = "waiting for rank 0 to prepare the datasets in " + c.dataset_prepared_path.string();
+  if (cache_first && !comm.lead()) comm.barrier(cache_wait);
+  auto samples = load_training_samples(c, tokenizer.get(), out);
+  if (cache_first && comm.lead()) comm.barrier(cache_wait);
+  auto split = data::split_for_eval(std::move(samples), c.val_set_size, static_cast<uint64_t>(c.seed));
   data::DataLoader loader(
       split.train, c.micro_batch_size, c.sequence_len, c.sample_packing, static_cast<uint64_t>(c.seed), pad_id);
-  const int64_t steps_per_epoch = std::max<int64_t>(
-      1, (loader.batches_per_epoch() + c.gradient_accumulation_steps - 1) / c.gradient_accumulation_steps);
+  // See Note [Data-parallel steps].
+  const int64_t step_batches = c.gradient_accumulation_steps * comm.world_size();
+  const auto share = step_share(comm, c.gradient_accumulation_steps);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (loader.batches_per_epoch() + step_batches - 1) / step_batches);
   const int64_t total = c.max_steps > 0 ? c.max_steps : steps_per_epoch * c.num_epochs;
   // See Note [Steps per epoch].
   const int64_t eval_steps =
@@ -137,21 +166,29 @@ TrainResult train(const config::RunConfig& c) {
                                c.learning_rate,
                                warmup_steps_for(c.warmup_steps, c.warmup_ratio, total),
                                total};
-  std::printf(
-      "data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps, "
-      "evaluation every %lld, checkpoint every %lld (0: none)\n",
-      split.train.size(),
-      split.eval.size(),
-      static_cast<long long>(loader.batches_per_epoch()),
-      static_cast<long long>(total),
-      static_cast<long long>(eval_steps),
-      static_cast<long long>(save_steps));
+  std::fprintf(out,
+               "data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps, "
+               "evaluation every %lld, checkpoint every %lld (0: none)\n",
+               split.train.size(),
+               split.eval.size(),
+               static_cast<long long>(loader.batches_per_epoch()),
+               static_cast<long long>(total),
+               static_cast<long long>(eval_steps),
+               static_cast<long long>(save_steps));
+  if (comm.world_size() > 1) {
+    std::fprintf(out,
+                 "ranks: %lld (Gloo), a step is %lld micro-batches, %lld on each rank\n",
+                 static_cast<long long>(comm.world_size()),
+                 static_cast<long long>(step_batches),
+                 static_cast<long long>(c.gradient_accumulation_steps));
+  }
 
   const auto optimizer = make_optimizer(
       c.optimizer, params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
-  std::printf("optimizer: %s, state %.2f MiB\n",
-              std::string(optimizer->name()).c_str(),
-              static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
+  std::fprintf(out,
+               "optimizer: %s, state %.2f MiB\n",
+               std::string(optimizer->name()).c_str(),
+               static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
   const auto offloaded = make_residency(device_plan, lm, c);
   schedule::LayerScheduler scheduler(lm, offloaded);
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
@@ -163,6 +200,17 @@ TrainResult train(const config::RunConfig& c) {
   RunState state;
   if (!resume.empty()) {
     auto ck = load_checkpoint(resume);
+    TORCH_CHECK(ck.state.world_size == comm.world_size(),
+                resume.string(),
+                " was written by a run of ",
+                ck.state.world_size,
+                " rank(s) and this run has ",
+                comm.world_size(),
+                "; its data position and generator states belong to that many. Resume it with ",
+                ck.state.world_size,
+                " rank(s) (torchrun --nproc-per-node / qtrain launch --nproc), or start a new run from its "
+                "adapter with lora_model_dir: ",
+                resume.string());
     at::NoGradGuard no_grad;
     for (auto& layer : lm.layers()) {
       for (auto* l : layer.linears()) {
@@ -179,38 +227,53 @@ TrainResult train(const config::RunConfig& c) {
     }
     load_optimizer_state(ck, resume, *optimizer);
     state = ck.state;
-    schedule::set_rng_state(at::kCPU, state.rng_cpu);
-    if (state.rng_cuda.defined() && options.device.is_cuda()) schedule::set_rng_state(options.device, state.rng_cuda);
+    schedule::set_rng_state(at::kCPU, state.rng_cpu.at(comm.rank()));
+    if (!state.rng_cuda.empty() && options.device.is_cuda()) {
+      schedule::set_rng_state(options.device, state.rng_cuda.at(comm.rank()));
+    }
     loader.seek(state.data);
-    std::printf("resume: %s at step %lld\n", resume.c_str(), static_cast<long long>(state.global_step));
+    std::fprintf(out, "resume: %s at step %lld\n", resume.c_str(), static_cast<long long>(state.global_step));
   }
 
-  MetricsLog metrics(c.output_dir, c.use_tensorboard);
+  std::optional<MetricsLog> metrics;  // rank 0's
+  if (comm.lead()) metrics.emplace(c.output_dir, c.use_tensorboard);
   InterruptGuard interrupt;
   TrainResult result;
   result.output_dir = c.output_dir;
+  result.lead = comm.lead();
   const auto plan = scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);
   auto save = [&] {
+    const std::string name = "checkpoint-" + std::to_string(state.global_step);
     state.data = loader.position();
-    state.rng_cpu = schedule::rng_state(at::kCPU);
-    if (options.device.is_cuda()) state.rng_cuda = schedule::rng_state(options.device);
-    const auto dir = save_checkpoint(
-        c.output_dir, state, *optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
-    prune_checkpoints(c.output_dir, c.save_total_limit);
-    std::printf("checkpoint: %s\n", dir.c_str());
+    state.world_size = comm.world_size();
+    state.rng_cpu = gather_states(comm, schedule::rng_state(at::kCPU), "gathering generator states for " + name);
+    state.rng_cuda.clear();
+    if (options.device.is_cuda()) {
+      state.rng_cuda =
+          gather_states(comm, schedule::rng_state(options.device), "gathering generator states for " + name);
+    }
+    if (comm.lead()) {
+      const auto dir = save_checkpoint(
+          c.output_dir, state, *optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
+      prune_checkpoints(c.output_dir, c.save_total_limit);
+      std::fprintf(out, "checkpoint: %s\n", dir.c_str());
+    }
+    comm.barrier("waiting for rank 0 to write " + name);
   };
 
   int64_t consecutive_bad = 0, window_steps = 0, window_tokens = 0, copied_logged = 0, step_logged = state.global_step;
-  double window_loss = 0, last_grad_norm = 0;
+  double window_loss = 0, last_grad_norm = 0, window_comm = 0;
   auto window_start = std::chrono::steady_clock::now();
   LossWatchdog watchdog(c.loss_watchdog_threshold, c.loss_watchdog_patience);
-  std::fflush(stdout);
+  std::fflush(out);
   while (state.global_step < total) {
-    std::vector<data::Batch> batches;
+    std::vector<data::Batch> batches;  // this rank's share of the step
     int64_t step_tokens = 0;
-    for (int64_t i = 0; i < c.gradient_accumulation_steps; ++i) {
-      batches.push_back(loader.next());
-      step_tokens += batches.back().tokens();
+    for (int64_t i = 0; i < step_batches; ++i) {
+      auto b = loader.next();
+      step_tokens += b.tokens();
+      window_tokens += (b.segment_ids >= 0).sum().item<int64_t>();
+      if (i >= share.first && i < share.first + share.count) batches.push_back(std::move(b));
     }
     // Token-weighted mean over the whole step (transformers' num_items_in_batch): each
     // micro-batch's summed loss is divided by the step's predicted-token count.
@@ -222,11 +285,19 @@ TrainResult train(const config::RunConfig& c) {
         (r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
         recomputed += scheduler.stats().layers_recomputed;
         step_loss += r.loss_sum.item<double>();
-        window_tokens += (b.segment_ids >= 0).sum().item<int64_t>();
       }
     } catch (const c10::OutOfMemoryError& e) {
       TORCH_CHECK(false, out_of_memory_report(device_plan, c, state.global_step + 1, e.what_without_backtrace()));
     }
+    // One decision for every rank: the summed gradients and loss, and a stop if any rank was asked to.
+    const double comm_before = comm.seconds();
+    const std::string step_name = "step " + std::to_string(state.global_step + 1);
+    sum_gradients(comm, params, "summing the gradients of " + step_name);
+    const auto sums =
+        sum_over_ranks(comm, {step_loss, interrupt.received() != 0 ? 1.0 : 0.0}, "summing the loss of " + step_name);
+    step_loss = sums[0];
+    const bool stop = sums[1] > 0;
+    window_comm += comm.seconds() - comm_before;
     step_loss /= static_cast<double>(std::max<int64_t>(1, step_tokens));
     if (!std::isfinite(step_loss) || !grads_finite(params)) {
       optimizer->zero_grad();
@@ -242,8 +313,8 @@ TrainResult train(const config::RunConfig& c) {
                   "train in bf16/float32 rather than fp16. The last checkpoint in ",
                   c.output_dir.string(),
                   " is intact.");
-      std::printf("step %lld: non-finite loss or gradient, step skipped\n",
-                  static_cast<long long>(state.global_step + 1));
+      std::fprintf(
+          out, "step %lld: non-finite loss or gradient, step skipped\n", static_cast<long long>(state.global_step + 1));
     } else {
       consecutive_bad = 0;
       last_grad_norm = clip_grad_norm(params, c.max_grad_norm);
@@ -266,21 +337,26 @@ TrainResult train(const config::RunConfig& c) {
       const int64_t peak = peak_memory_bytes(options.device);
       // Host-to-device bytes of offloaded layers per step, over the steps since the last line.
       const int64_t copied = offloaded ? offloaded->stats().ring.copied_bytes : 0;
-      const int64_t copied_per_step = (copied - copied_logged) / std::max<int64_t>(1, state.global_step - step_logged);
+      const int64_t steps_in_window = std::max<int64_t>(1, state.global_step - step_logged);
+      const int64_t copied_per_step = (copied - copied_logged) / steps_in_window;
       copied_logged = copied;
       step_logged = state.global_step;
-      metrics.log({{"step", state.global_step},
-                   {"epoch", epoch},
-                   {"loss", loss},
-                   {"learning_rate", lr},
-                   {"grad_norm", last_grad_norm},
-                   {"tokens_per_second", tps},
-                   {"peak_memory_bytes", peak},
-                   {"recomputed_layers", recomputed},
-                   {"offload_bytes_per_step", copied_per_step},
-                   {"skipped_steps", state.skipped_steps}});
+      if (metrics) {
+        metrics->log({{"step", state.global_step},
+                      {"epoch", epoch},
+                      {"loss", loss},
+                      {"learning_rate", lr},
+                      {"grad_norm", last_grad_norm},
+                      {"tokens_per_second", tps},
+                      {"peak_memory_bytes", peak},
+                      {"recomputed_layers", recomputed},
+                      {"offload_bytes_per_step", copied_per_step},
+                      {"comm_seconds", window_comm / static_cast<double>(steps_in_window)},
+                      {"skipped_steps", state.skipped_steps}});
+      }
       const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
-      std::printf(
+      std::fprintf(
+          out,
           "step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
           static_cast<long long>(state.global_step),
           static_cast<long long>(total),
@@ -292,29 +368,31 @@ TrainResult train(const config::RunConfig& c) {
           clock_text(elapsed).c_str(),
           clock_text(per_step * static_cast<double>(total - state.global_step)).c_str(),
           static_cast<double>(peak) / (1 << 30));
-      std::fflush(stdout);
+      std::fflush(out);
       result.last_loss = loss;
       watchdog.logged_loss(loss);
       window_loss = 0;
       window_steps = 0;
       window_tokens = 0;
+      window_comm = 0;
       window_start = now;
     }
     if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
-      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device);
+      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device, comm);
       scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);  // back to training mode
-      metrics.log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
-      std::printf("eval  %lld/%lld | eval_loss %.4f\n",
-                  static_cast<long long>(state.global_step),
-                  static_cast<long long>(total),
-                  eval_loss);
-      std::fflush(stdout);
+      if (metrics) metrics->log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
+      std::fprintf(out,
+                   "eval  %lld/%lld | eval_loss %.4f\n",
+                   static_cast<long long>(state.global_step),
+                   static_cast<long long>(total),
+                   eval_loss);
+      std::fflush(out);
       watchdog.logged_eval();
     }
-    const bool stop = interrupt.received() != 0;
     if ((save_steps > 0 && state.global_step % save_steps == 0) || stop) save();
     if (watchdog_stop) {
-      std::printf(
+      std::fprintf(
+          out,
           "stopping at step %lld: the loss was above loss_watchdog_threshold %g for %lld logged steps in a row\n",
           static_cast<long long>(state.global_step),
           c.loss_watchdog_threshold,
@@ -322,22 +400,40 @@ TrainResult train(const config::RunConfig& c) {
       break;
     }
     if (stop) {
-      std::printf("interrupted by signal %d at step %lld; resume with resume_from_checkpoint: true\n",
-                  interrupt.received(),
-                  static_cast<long long>(state.global_step));
+      const int sig = interrupt.received();  // 0 when the signal reached another rank only
+      std::fprintf(out,
+                   "interrupted by %s at step %lld; resume with resume_from_checkpoint: true\n",
+                   sig != 0 ? ("signal " + std::to_string(sig)).c_str() : "a signal to another rank",
+                   static_cast<long long>(state.global_step));
       result.interrupted = true;
       break;
     }
   }
-  metrics.flush();
+  if (metrics) metrics->flush();
   if (!result.interrupted) {
-    io::save_peft_adapter(
-        c.output_dir, lora, model::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
-    std::printf("adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
+    comm.barrier("waiting for every rank to finish training");
+    if (comm.lead()) {
+      io::save_peft_adapter(
+          c.output_dir, lora, model::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
+      std::fprintf(out, "adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
+    }
+    comm.barrier("waiting for rank 0 to write the adapter");
   }
   result.steps = state.global_step;
   result.skipped_steps = state.skipped_steps;
   return result;
+}
+
+}  // namespace
+
+TrainResult train(const config::RunConfig& c) {
+  dist::Comm comm(dist::dist_env(), std::chrono::seconds(c.ddp_timeout));
+  try {
+    return train_rank(c, comm);
+  } catch (const std::exception& e) {
+    comm.announce_failure(e);  // See Note [Naming a failed rank] (engine/dist/comm.cpp).
+    throw;
+  }
 }
 
 }  // namespace qtrain::engine::train

@@ -1,0 +1,190 @@
+// See comm.h.
+#include "engine/dist/comm.h"
+
+#include <algorithm>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "engine/dist/gloo_backend.h"
+
+namespace qtrain::engine::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Note [Naming a failed rank]
+// Gloo reports a dead peer as a socket error ("Connection reset by peer [127.0.0.1]:35557") and
+// a hung one as a timeout, neither naming a rank. So a rank whose collective fails asks the
+// rendezvous store, which outlives any rank under torchrun and `qtrain launch`: it answers a roll
+// call ("answer/<rank>") and waits a few seconds for the others to answer theirs. A rank that
+// stopped on an error of its own has left the error under "error/<rank>" (announce_failure), a
+// rank that neither answered nor left an error exited without a word (killed), hangs, or is still
+// busy. The error names these ranks and what this rank was doing. If the store itself is gone,
+// its host (rank 0, when no agent serves it) is the one that stopped.
+constexpr std::chrono::milliseconds kRollCallWait{3000};
+
+std::string first_line(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  const auto nl = s.find('\n');
+  return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+std::vector<uint8_t> bytes(const std::string& s) {
+  return {s.begin(), s.end()};
+}
+
+// The CPU, contiguous tensor a collective works on: `t` itself when it already is one.
+at::Tensor host(const at::Tensor& t) {
+  return t.is_cpu() && t.is_contiguous() ? t : t.to(at::kCPU).contiguous();
+}
+
+}  // namespace
+
+Comm::Comm(const DistEnv& env, std::chrono::seconds timeout) : env_(env), timeout_(timeout) {
+  if (env.world_size == 1) return;
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(env.master_port);
+  o.isServer = env.rank == 0 && !env.agent_store;
+  o.numWorkers = static_cast<size_t>(env.world_size);
+  o.waitWorkers = !env.agent_store;
+  o.timeout = timeout_;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    store_ = c10::make_intrusive<c10d::PrefixStore>("qtrain/attempt_" + std::to_string(env.restart_count), tcp);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false,
+                "rank ",
+                env.rank,
+                " of ",
+                env.world_size,
+                ": the rendezvous at ",
+                where,
+                o.isServer ? " (served by this rank)" : "",
+                " failed within ddp_timeout (",
+                timeout.count(),
+                " s): ",
+                first_line(e),
+                ". Every rank needs the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and all must start; a port in "
+                "use needs another MASTER_PORT.");
+  }
+  try {
+    backend_ = make_gloo_backend(
+        store_, static_cast<int>(env.rank), static_cast<int>(env.world_size), timeout_, env.master_addr);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false,
+                "rank ",
+                env.rank,
+                " of ",
+                env.world_size,
+                ": the Gloo process group did not connect within ddp_timeout (",
+                timeout.count(),
+                " s): ",
+                first_line(e),
+                ". With several machines, set GLOO_SOCKET_IFNAME to the network interface the ranks share.");
+  }
+}
+
+Comm::~Comm() = default;
+
+void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
+  if (!backend_) return;
+  const auto start = Clock::now();
+  try {
+    std::vector<at::Tensor> v = {host(t)};
+    backend_->allreduce(v)->wait();
+    if (!v[0].is_same(t)) t.copy_(v[0]);
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
+  std::vector<int64_t> shape = {env_.world_size};
+  shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
+  if (!backend_) return t.reshape(shape);
+  const auto start = Clock::now();
+  auto in = host(t);
+  auto out = at::empty({env_.world_size * t.numel()}, in.options());
+  try {
+    backend_->_allgather_base(out, in)->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  return out.view(shape).to(t.device());
+}
+
+void Comm::barrier(const std::string& what) {
+  if (!backend_) return;
+  const auto start = Clock::now();
+  try {
+    backend_->barrier()->wait();
+  } catch (const std::exception& e) {
+    fail(what, e);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Comm::announce_failure(const std::exception& e) noexcept {
+  if (!store_) return;
+  try {
+    store_->set("error/" + std::to_string(env_.rank), bytes(first_line(e)));
+  } catch (...) {
+    // The store is gone too; the other ranks learn of this rank's stop from their sockets.
+  }
+}
+
+void Comm::fail(const std::string& what, const std::exception& e) {
+  // See Note [Naming a failed rank].
+  std::string peers;
+  try {
+    store_->set("answer/" + std::to_string(env_.rank), bytes("1"));
+    const auto wait = std::min<std::chrono::milliseconds>(kRollCallWait, timeout_);
+    const auto deadline = Clock::now() + wait;
+    std::vector<int64_t> silent;
+    for (;;) {
+      silent.clear();
+      for (int64_t r = 0; r < env_.world_size; ++r) {
+        const auto id = std::to_string(r);
+        if (r != env_.rank && !store_->check({"answer/" + id}) && !store_->check({"error/" + id})) silent.push_back(r);
+      }
+      if (silent.empty() || Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (int64_t r = 0; r < env_.world_size; ++r) {
+      const std::string key = "error/" + std::to_string(r);
+      if (r == env_.rank || !store_->check({key})) continue;
+      const auto msg = store_->get(key);
+      peers += " Rank " + std::to_string(r) + " stopped with: " + std::string(msg.begin(), msg.end()) + ".";
+    }
+    for (const int64_t r : silent) {
+      peers += " Rank " + std::to_string(r) + " did not answer within " + std::to_string(wait.count() / 1000) +
+               " s: it exited without a message (killed?), hangs, or is still busy.";
+    }
+    if (peers.empty()) peers = " Every other rank is alive and reports no error of its own.";
+  } catch (const std::exception&) {
+    peers = " The rendezvous store at " + env_.master_addr + ":" + std::to_string(env_.master_port) +
+            " is gone as well: its host (rank 0, when no torchrun agent or qtrain launch serves it) stopped.";
+  }
+  TORCH_CHECK(false,
+              "rank ",
+              env_.rank,
+              " of ",
+              env_.world_size,
+              ": ",
+              what,
+              " failed: ",
+              first_line(e),
+              ".",
+              peers,
+              " See that rank's own output for its error.");
+}
+
+}  // namespace qtrain::engine::dist

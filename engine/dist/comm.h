@@ -1,0 +1,65 @@
+// The ranks of a data-parallel run and the collectives they take part in, over c10d (Gloo) from
+// the same libtorch; no transport of qtrain's own.
+//
+// A run of one (no torchrun variables; See dist_env.h) creates no store and no process group:
+// every collective is the identity, so a single-process run pays nothing. Otherwise the ranks
+// meet at a TCPStore at MASTER_ADDR:MASTER_PORT (served by torchrun's agent or `qtrain launch`
+// when TORCHELASTIC_USE_AGENT_STORE is set, else by rank 0) under the prefix
+// "qtrain/attempt_<restart>", and form a Gloo process group. Every rank must call the same
+// collectives in the same order; See Note [Naming a failed rank].
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "engine/dist/dist_env.h"
+
+namespace qtrain::engine::dist {
+
+class Comm {
+ public:
+  // Blocks until all ranks have joined, or `timeout` (also the limit of every collective:
+  // axolotl's ddp_timeout). A rendezvous that times out is an error naming the store and what
+  // was missing.
+  Comm(const DistEnv& env, std::chrono::seconds timeout);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int64_t rank() const { return env_.rank; }
+  int64_t world_size() const { return env_.world_size; }
+  int64_t local_rank() const { return env_.local_rank; }
+  // Rank 0: the one rank that writes files and prints progress.
+  bool lead() const { return env_.rank == 0; }
+
+  // `what` says what the run was doing ("summing step 12's gradients"); it goes into the error
+  // when the collective fails. Tensors may live on any device (they travel through host memory).
+
+  // In place: every rank's `t` becomes the elementwise sum over ranks, the same bits on each.
+  void allreduce_sum(at::Tensor& t, const std::string& what);
+  // [world_size, t.sizes()...]: row r is rank r's `t`. Every rank's `t` has the same shape and dtype.
+  at::Tensor allgather(const at::Tensor& t, const std::string& what);
+  void barrier(const std::string& what);
+
+  // Tells the other ranks why this one is about to stop: the first line of `e`'s message (they
+  // quote it when their next collective fails). Never throws: it runs while `e` is on its way out.
+  void announce_failure(const std::exception& e) noexcept;
+
+  // Seconds spent inside collectives since construction.
+  double seconds() const { return seconds_; }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const std::exception& e);
+
+  DistEnv env_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;  // null in a run of one
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  double seconds_ = 0;
+};
+
+}  // namespace qtrain::engine::dist

@@ -1,0 +1,107 @@
+// The communicator over Gloo with its ranks as threads of this process on 127.0.0.1 (a free port
+// per test): sums and gathers are exact and the same on every rank, a run of one needs no store,
+// and a collective that loses its peer fails with an error naming that rank. See Note [Naming a
+// failed rank] (engine/dist/comm.cpp).
+#include "engine/dist/comm.h"
+
+#include <functional>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "tests/free_port.h"
+
+namespace qtrain::engine::dist {
+namespace {
+
+DistEnv rank_env(int64_t rank, int64_t world, int port) {
+  DistEnv e;
+  e.rank = rank;
+  e.world_size = world;
+  e.local_rank = rank;
+  e.local_world_size = world;
+  e.master_addr = "127.0.0.1";
+  e.master_port = port;
+  return e;
+}
+
+// Runs body(comm) on `world` threads, one rank each; an exception in a rank fails the test.
+void run_ranks(int64_t world, std::chrono::seconds timeout, const std::function<void(Comm&)>& body) {
+  const int port = test::free_port();
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Comm comm(rank_env(r, world, port), timeout);
+        body(comm);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+TEST(Comm, ARunOfOneHasNoStoreAndCollectivesAreTheIdentity) {
+  DistEnv one;  // no variables: world size 1, no MASTER_ADDR or port to reach
+  Comm comm(one, std::chrono::seconds(1));
+  auto t = at::arange(6, at::kFloat);
+  comm.allreduce_sum(t, "summing");
+  EXPECT_TRUE(at::equal(t, at::arange(6, at::kFloat)));
+  EXPECT_TRUE(at::equal(comm.allgather(t, "gathering"), t.unsqueeze(0)));
+  comm.barrier("waiting");
+  EXPECT_EQ(comm.seconds(), 0.0);
+}
+
+TEST(Comm, SumsAndGathersAreExactAndTheSameOnEveryRank) {
+  constexpr int64_t world = 3;
+  std::vector<at::Tensor> sums(world), gathers(world);
+  run_ranks(world, std::chrono::seconds(30), [&](Comm& comm) {
+    const auto r = comm.rank();
+    // Float values whose pairwise sums round: the ranks must agree on the rounded bits.
+    auto t = at::full({1000}, 0.1f * static_cast<float>(r + 1), at::kFloat) + at::arange(1000, at::kFloat) * 1e-7f;
+    comm.allreduce_sum(t, "summing floats");
+    auto d = at::tensor({1.0 / 3.0 * static_cast<double>(r + 1)}, at::kDouble);
+    comm.allreduce_sum(d, "summing doubles");
+    EXPECT_NEAR(d.item<double>(), 2.0, 1e-15);
+    auto bytes = at::full({5}, static_cast<uint8_t>(10 * r), at::kByte);
+    sums[r] = t;
+    gathers[r] = comm.allgather(bytes, "gathering bytes");
+    comm.barrier("waiting at the end");
+    EXPECT_GT(comm.seconds(), 0.0);
+  });
+  for (int64_t r = 1; r < world; ++r) EXPECT_TRUE(at::equal(sums[r], sums[0])) << "rank " << r;
+  const auto expect = at::arange(1000, at::kFloat) * 1e-7f;
+  EXPECT_TRUE(at::allclose(sums[0], 0.6f + 3 * expect, 1e-6, 1e-6));
+  for (int64_t r = 0; r < world; ++r) {
+    ASSERT_EQ(gathers[r].sizes(), (at::IntArrayRef{world, 5}));
+    for (int64_t q = 0; q < world; ++q) EXPECT_EQ(gathers[r][q][0].item<uint8_t>(), 10 * q);
+  }
+}
+
+TEST(Comm, ACollectiveThatLosesItsPeerNamesIt) {
+  // Rank 1 stops with an error of its own (it announces it, as the trainer does) and leaves; rank
+  // 0's next sum fails at once (the socket closes) and names rank 1 with its message.
+  std::string message;
+  run_ranks(2, std::chrono::seconds(30), [&](Comm& comm) {
+    comm.barrier("starting");
+    if (comm.rank() == 1) {
+      comm.announce_failure(std::runtime_error("data.jsonl line 7: not JSON"));
+      return;  // the Comm goes, and its sockets with it
+    }
+    auto t = at::ones({4});
+    try {
+      comm.allreduce_sum(t, "summing the gradients of step 3");
+      ADD_FAILURE() << "the sum did not fail";
+    } catch (const c10::Error& e) {
+      message = e.what_without_backtrace();
+    }
+  });
+  EXPECT_NE(message.find("rank 0 of 2: summing the gradients of step 3 failed"), std::string::npos) << message;
+  EXPECT_NE(message.find("Rank 1 stopped with: data.jsonl line 7: not JSON"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace qtrain::engine::dist
