@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "offload/blob_layout.h"
 #include "ops/nn/cross_entropy.h"
@@ -50,6 +51,12 @@ namespace {
 // [N, I] from down's LoRA) and attention's (the fused kernel's q, k, v gradients and float32 dq
 // accumulator), and the
 // largest dequantized weight. These transients are an estimate, not a measurement.
+// A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
+// through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
+// row), plus the gathered rows [N K, H] (s) and the weighted rows before the sum over K (float32
+// for Mixtral's float32 routing weights, s otherwise). Which experts a batch touches and how
+// unevenly is not known from the config, so this is an estimate of the balanced case; the weight
+// bytes are exact.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
 // (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
 // batch (4 int64 [B, T] tensors on the device). Gemma 3 has a second pair of rope tables (its
@@ -67,21 +74,49 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 struct Linear {
-  const char* module;  // after "model.layers.<i>."
+  std::string module;  // after "model.layers.<i>."
   int64_t out;
   int64_t in;
+  bool expert = false;  // one expert's gate_up or down (quantized as quantize_moe_experts says)
 };
 
-// The seven linears of a decoder layer, in blob order.
-std::array<Linear, 7> layer_linears(const model::ModelConfig& c) {
+// The base weights of decoder layer `layer` in blob order (DecoderLayer::weight_linears): q, k,
+// v, o, then gate, up, down, or on a sparse layer each expert's gate_up [2I, H] and down [H, I].
+std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
   const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
-  return {{{"self_attn.q_proj", qd, c.hidden_size},
-           {"self_attn.k_proj", kvd, c.hidden_size},
-           {"self_attn.v_proj", kvd, c.hidden_size},
-           {"self_attn.o_proj", c.hidden_size, qd},
-           {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
-           {"mlp.up_proj", c.intermediate_size, c.hidden_size},
-           {"mlp.down_proj", c.hidden_size, c.intermediate_size}}};
+  std::vector<Linear> out = {{"self_attn.q_proj", qd, c.hidden_size},
+                             {"self_attn.k_proj", kvd, c.hidden_size},
+                             {"self_attn.v_proj", kvd, c.hidden_size},
+                             {"self_attn.o_proj", c.hidden_size, qd}};
+  if (c.layer_is_sparse(layer)) {
+    const int64_t i = c.moe->expert_intermediate_size;
+    for (int64_t e = 0; e < c.moe->num_experts; ++e) {
+      const auto ex = "mlp.experts." + std::to_string(e) + ".";
+      out.push_back({ex + "gate_up_proj", 2 * i, c.hidden_size, true});
+      out.push_back({ex + "down_proj", c.hidden_size, i, true});
+    }
+  } else {
+    out.push_back({"mlp.gate_proj", c.intermediate_size, c.hidden_size});
+    out.push_back({"mlp.up_proj", c.intermediate_size, c.hidden_size});
+    out.push_back({"mlp.down_proj", c.hidden_size, c.intermediate_size});
+  }
+  return out;
+}
+
+// Trainable LoRA parameters of layer `layer`: per adapted linear r (in + out); per targeted
+// expert parameter r E (in + out) (Note [Expert LoRA layout]).
+int64_t lora_params(const model::ModelConfig& c, const lora::LoraConfig& lora, int64_t layer) {
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  int64_t n = 0;
+  for (const Linear& l : layer_linears(c, layer)) {
+    if (!l.expert && lora.targets(prefix + l.module)) n += lora.r * (l.in + l.out);
+  }
+  if (c.layer_is_sparse(layer)) {
+    const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, e = c.moe->num_experts;
+    if (lora.targets_parameter(prefix + "mlp.experts.gate_up_proj")) n += lora.r * e * (h + 2 * i);
+    if (lora.targets_parameter(prefix + "mlp.experts.down_proj")) n += lora.r * e * (i + h);
+  }
+  return n;
 }
 
 bool is_4bit(const model::QuantSpec& q) {
@@ -124,12 +159,21 @@ int64_t lora_saved(int64_t adapters, int64_t in, int64_t tokens, const MemorySha
 offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& shape, int64_t layer) {
   const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t H = c.hidden_size;
   const int64_t qd = c.num_heads * c.head_dim, kvd = c.num_kv_heads * c.head_dim;
-  const auto linears = layer_linears(c);
-  std::array<int64_t, 7> adapted{};
+  const auto linears = layer_linears(c, layer);
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  for (size_t j = 0; j < linears.size(); ++j) adapted[j] = shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  std::array<int64_t, 7> adapted{};
+  for (size_t j = 0; j < 4; ++j) adapted[j] = shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  const bool sparse = c.layer_is_sparse(layer);
+  // A sparse layer as a dense MLP K experts wide over its routed rows (see the Note).
+  const int64_t I = sparse ? c.moe->top_k * c.moe->expert_intermediate_size : c.intermediate_size;
+  if (sparse) {
+    adapted[4] = shape.lora.targets_parameter(prefix + "mlp.experts.gate_up_proj") ? 1 : 0;
+    adapted[6] = shape.lora.targets_parameter(prefix + "mlp.experts.down_proj") ? 1 : 0;
+  } else {
+    for (size_t j = 4; j < 7; ++j) adapted[j] = shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  }
 
   const auto& window = c.sliding_window.at(layer);
   const bool windowed = window && *window < T;
@@ -147,9 +191,11 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + c.num_kv_heads) * 4;
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
-  saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
-  saved += lora_saved(adapted[6], I, N, shape);
-  saved += 3 * N * I * s;  // SwiGLU / GeGLU
+  const int64_t routed = sparse ? N * c.moe->top_k : N;  // rows through the MLP
+  saved += lora_saved(adapted[4] + adapted[5], H, routed, shape);
+  saved += lora_saved(adapted[6], sparse ? c.moe->expert_intermediate_size : I, routed, shape);
+  saved += 3 * N * I * s;                                                         // SwiGLU / GeGLU
+  if (sparse) saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
   int64_t attention_transient = 0;
   if (c.attn_logit_softcap) {
     const int64_t scores = B * c.num_heads * T * T;
@@ -164,7 +210,9 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
   const int64_t mlp_transient = N * I * (4 * s + 4);
   int64_t dequantized = 0;
-  for (const Linear& l : linears) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+  for (const Linear& l : linears) {
+    if (!l.expert || shape.quantize_moe_experts) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+  }
   cost.backward_transient = 2 * N * H * s + std::max(mlp_transient, attention_transient) + dequantized;
   return cost;
 }
@@ -172,11 +220,14 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 }  // namespace
 
 std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
-                                         const model::QuantSpec& quant,
-                                         at::ScalarType dtype) {
+                                         const model::QuantSpec& layer_quant,
+                                         at::ScalarType dtype,
+                                         int64_t layer,
+                                         bool quantize_moe_experts) {
   std::vector<int64_t> out;
-  for (const Linear& l : layer_linears(config)) {
+  for (const Linear& l : layer_linears(config, layer)) {
     const int64_t n = l.out * l.in;
+    const model::QuantSpec quant = l.expert && !quantize_moe_experts ? model::QuantSpec{} : layer_quant;
     if (is_4bit(quant)) {
       const int64_t blocks = ceil_div(n, quant.blocksize);
       out.push_back((n + 1) / 2);  // two codes per byte
@@ -221,7 +272,6 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
 
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
-  const int64_t blob = offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype));
   int64_t per_layer_resident = (c.gemma ? 4 : 2) * H;  // input and post-attention (Gemma: and feed-forward) norms
   if (c.qk_norm) per_layer_resident += 2 * c.head_dim;
   if (c.qkv_bias) per_layer_resident += qd + 2 * kvd;
@@ -230,20 +280,20 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   // Embeddings, the output head unless tied, the final norm, the per-layer norms and biases (all
   // in the compute dtype) and the float32 rope frequencies.
   const int64_t rope_kinds = c.sliding_rope ? 2 : 1;
-  in.fixed_bytes = ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident) * s +
+  int64_t routers = 0;  // [E, H] per sparse layer, never quantized or offloaded
+  for (int64_t i = 0; i < c.num_layers; ++i) routers += c.layer_is_sparse(i) ? c.moe->num_experts * H : 0;
+  in.fixed_bytes = ((c.tie_word_embeddings ? 1 : 2) * V * H + H + c.num_layers * per_layer_resident + routers) * s +
                    rope_kinds * c.head_dim / 2 * 4;
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     offload::LayerCost cost = layer_cost(c, shape, i);
-    cost.blob_bytes = blob;
+    cost.blob_bytes =
+        offload::blob_bytes(layer_weight_nbytes(c, shape.quant, shape.dtype, i, shape.quantize_moe_experts));
     cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
                         (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
     in.layers.push_back(cost);
     // Weights, gradients and AdamW's two moments, all float32.
-    const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    for (const Linear& l : layer_linears(c)) {
-      if (shape.lora.targets(prefix + l.module)) in.lora_bytes += shape.lora.r * (l.in + l.out) * 4 * 4;
-    }
+    in.lora_bytes += lora_params(c, shape.lora, i) * 4 * 4;
   }
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
