@@ -36,6 +36,12 @@ void run(const Options& o) {
   model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
   std::map<std::string, at::Tensor> merged;
   for (const auto& layer : lm.layers()) {
+    TORCH_CHECK(!layer.moe || (!layer.moe->experts.gate_up_lora && !layer.moe->experts.down_lora),
+                o.adapter,
+                ": the adapter has LoRA on the experts of ",
+                layer.moe ? layer.moe->experts.name : "",
+                " (target_parameters); merging expert LoRA is not supported yet: load the base and the adapter "
+                "with peft and call merge_and_unload() instead");
     for (const auto* l : layer.linears()) {
       const auto w = l->dense_weight(at::kFloat);
       merged[l->name + ".weight"] = (l->lora ? lora::lora_merged_weight(w, *l->lora) : w).to(out_dtype);

@@ -59,6 +59,10 @@ std::filesystem::path model_fixture(const std::string& arch) {
   return fixtures_dir() / "models" / arch;
 }
 
+std::filesystem::path moe_fixture(const std::string& name) {
+  return fixtures_dir() / "moe" / name;
+}
+
 std::vector<nlohmann::json> reference_cases(const std::string& kind) {
   std::vector<nlohmann::json> out;
   for (const auto& c : nlohmann::json::parse(bnb_reference().metadata().at("cases"))) {

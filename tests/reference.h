@@ -21,6 +21,9 @@ std::vector<nlohmann::json> reference_cases(const std::string& kind);
 // $QTRAIN_FIXTURES/models/<arch>: base/ (HF folder), adapter/ (PEFT), reference.safetensors,
 // written by scripts/reference/model_reference.py.
 std::filesystem::path model_fixture(const std::string& arch);
+// $QTRAIN_FIXTURES/moe/<case>: base/, adapter_attn/, adapter/ (PEFT), reference.safetensors,
+// written by scripts/reference/moe_reference.py.
+std::filesystem::path moe_fixture(const std::string& name);
 
 // What `$QTRAIN_PYTHON scripts/reference/<script> <mode> --out FILE` wrote: its tensors, or why
 // there are none (QTRAIN_PYTHON unset: skipped; the script failed: the command and its output).

@@ -72,6 +72,7 @@ RunConfig read_config(Reader& r) {
                at_least(0),
                "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
   c.int8_compute = r.choice("int8_compute", c.int8_compute, {"dequantize", "llm_int8"});
+  c.quantize_moe_experts = r.boolean("quantize_moe_experts", c.quantize_moe_experts);
 
   // axolotl's `adapter:` left blank means a full fine-tune, which qtrain does not do; that must
   // not turn into LoRA silently.
@@ -89,6 +90,7 @@ RunConfig read_config(Reader& r) {
       "lora_dropout", c.lora_dropout, unit_interval_open(), "use a value from 0 (off) to below 1, typically 0.05");
   c.lora_target_modules = r.module_names("lora_target_modules");
   c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
+  c.lora_target_parameters = r.module_names("lora_target_parameters");
   c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
   c.lora_model_dir = r.path("lora_model_dir", c.lora_model_dir);
 
@@ -377,8 +379,8 @@ RunConfig read_config(Reader& r) {
     }
   });
 
-  r.guard({"lora_target_modules", "lora_target_linear"}, [&] {
-    if (c.lora_target_modules.empty() && !c.lora_target_linear) {
+  r.guard({"lora_target_modules", "lora_target_linear", "lora_target_parameters"}, [&] {
+    if (c.lora_target_modules.empty() && !c.lora_target_linear && c.lora_target_parameters.empty()) {
       const std::string key = r.find_written("lora_target_modules")  ? "lora_target_modules"
                               : r.find_written("lora_target_linear") ? "lora_target_linear"
                                                                      : "lora_target_modules";
@@ -386,6 +388,15 @@ RunConfig read_config(Reader& r) {
            key,
            "no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj]) "
            "or target every linear layer (lora_target_linear: true)");
+    }
+  });
+
+  r.guard({"lora_target_parameters", "lora_dropout"}, [&] {
+    if (!c.lora_target_parameters.empty() && c.lora_dropout > 0) {
+      fail(r.place_of("lora_dropout"),
+           "lora_dropout",
+           "LoRA on parameters (lora_target_parameters, MoE experts) has no dropout, as in PEFT, which refuses it; "
+           "set lora_dropout: 0");
     }
   });
 

@@ -119,6 +119,9 @@ struct RunConfig {
   // (qtrain) How an 8-bit linear computes: "dequantize" (W in the activation dtype, a float
   // matmul; the most accurate) or "llm_int8" (int8 matmul with outlier decomposition).
   std::string int8_compute = "dequantize";
+  // Quantize the routed experts of MoE layers (per expert, as load_in_4bit / load_in_8bit say);
+  // false keeps them in the compute dtype. Routers are never quantized.
+  bool quantize_moe_experts = true;
 
   // --- LoRA ---
   // "qlora" (LoRA on a 4-bit base; requires load_in_4bit) or "lora". Default: "qlora" when
@@ -132,6 +135,9 @@ struct RunConfig {
   std::vector<std::string> lora_target_modules;
   // Target every linear layer except lm_head (PEFT's "all-linear").
   bool lora_target_linear = false;
+  // PEFT's target_parameters: MoE expert parameters, e.g. [mlp.experts.gate_up_proj,
+  // mlp.experts.down_proj]; needs lora_dropout 0.
+  std::vector<std::string> lora_target_parameters;
   // Scale by alpha / sqrt(r) instead of alpha / r.
   bool peft_use_rslora = false;
   // A PEFT adapter folder to start from; empty: fresh adapters.

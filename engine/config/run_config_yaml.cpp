@@ -55,6 +55,7 @@ std::string to_yaml(const RunConfig& c) {
   line("bnb_4bit_blocksize", std::to_string(c.bnb_4bit_blocksize));
   line("llm_int8_threshold", format_double(c.llm_int8_threshold));
   line("int8_compute", c.int8_compute);
+  line("quantize_moe_experts", boolean_text(c.quantize_moe_experts));
   line("adapter", c.adapter);
   line("lora_r", std::to_string(c.lora_r));
   line("lora_alpha", format_double(c.lora_alpha));
@@ -65,6 +66,11 @@ std::string to_yaml(const RunConfig& c) {
   }
   line("lora_target_modules", "[" + join(modules, ", ") + "]");
   line("lora_target_linear", boolean_text(c.lora_target_linear));
+  std::vector<std::string> params;
+  for (const std::string& p : c.lora_target_parameters) {
+    params.push_back(quoted(p));
+  }
+  line("lora_target_parameters", "[" + join(params, ", ") + "]");
   line("peft_use_rslora", boolean_text(c.peft_use_rslora));
   line("lora_model_dir", quoted(c.lora_model_dir.string()));
   if (c.datasets.empty()) {

@@ -54,6 +54,19 @@ struct TempDir {
 // The whole PEFT 0.21 LoRA field set, with the values peft writes for a plain LoRA adapter, so
 // that loaders that compare against it (or older peft releases, which ignore unknown keys with a
 // warning) see a config PEFT itself could have saved.
+// Whether `module` is a ParamWrapper of target_parameters (an MoE experts module, see Note
+// [Expert LoRA module names] in engine/model/lora_attach.h): with the ".base_layer" nesting
+// removed, "<module>.<parameter>" is targeted for one of the targeted parameter names.
+bool is_parameter_module(const std::string& module, const lora::LoraConfig& config) {
+  std::string m = module;
+  while (m.ends_with(".base_layer")) m.resize(m.size() - std::string_view(".base_layer").size());
+  for (const auto& t : config.target_parameters) {
+    const auto dot = t.rfind('.');
+    if (config.targets_parameter(m + "." + (dot == std::string::npos ? t : t.substr(dot + 1)))) return true;
+  }
+  return false;
+}
+
 json adapter_config_json(const lora::LoraConfig& config,
                          const std::vector<std::string>& target_modules,
                          const std::string& base_model) {
@@ -95,8 +108,8 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["r"] = config.r;
   j["rank_pattern"] = json::object();
   j["revision"] = nullptr;
-  j["target_modules"] = target_modules;
-  j["target_parameters"] = nullptr;
+  j["target_modules"] = target_modules.empty() ? json(nullptr) : json(target_modules);
+  j["target_parameters"] = config.target_parameters.empty() ? json(nullptr) : json(config.target_parameters);
   j["task_type"] = "CAUSAL_LM";
   j["trainable_token_indices"] = nullptr;
   j["use_bdlora"] = nullptr;
@@ -123,7 +136,8 @@ void check_module_for_save(const std::string& where,
       module,
       "' is not a module path; adapters are keyed by Hugging Face module paths such as "
       "model.layers.0.self_attn.q_proj");
-  TORCH_CHECK(config.targets(module),
+  const bool stacked = is_parameter_module(module, config);
+  TORCH_CHECK(stacked || config.targets(module),
               where,
               ": module '",
               module,
@@ -131,18 +145,21 @@ void check_module_for_save(const std::string& where,
               last_component(module),
               "' to the target modules or drop the adapter");
   TORCH_CHECK(adapter.a.defined() && adapter.b.defined(), where, ": module '", module, "' has an undefined A or B");
-  TORCH_CHECK(adapter.a.dim() == 2 && adapter.b.dim() == 2 && adapter.a.size(0) == config.r &&
-                  adapter.b.size(1) == config.r && adapter.a.size(1) > 0 && adapter.b.size(0) > 0,
-              where,
-              ": module '",
-              module,
-              "' has A ",
-              adapter.a.sizes(),
-              " and B ",
-              adapter.b.sizes(),
-              ", but with r = ",
-              config.r,
-              " they must be [r, in_features] and [out_features, r]");
+  // Experts' adapters stack r rows (A) and columns (B) per expert (Note [Expert LoRA layout]).
+  const bool rank_fits = stacked ? adapter.a.size(0) % config.r == 0 && adapter.b.size(1) == adapter.a.size(0)
+                                 : adapter.a.size(0) == config.r && adapter.b.size(1) == config.r;
+  TORCH_CHECK(
+      adapter.a.dim() == 2 && adapter.b.dim() == 2 && rank_fits && adapter.a.size(1) > 0 && adapter.b.size(0) > 0,
+      where,
+      ": module '",
+      module,
+      "' has A ",
+      adapter.a.sizes(),
+      " and B ",
+      adapter.b.sizes(),
+      ", but with r = ",
+      config.r,
+      " they must be [r, in_features] and [out_features, r]");
   TORCH_CHECK(adapter.a.is_floating_point() && adapter.b.is_floating_point(),
               where,
               ": module '",
@@ -184,7 +201,6 @@ constexpr Unsupported kUnsupported[] = {
     {"alpha_pattern", "per-module alphas"},
     {"lora_bias", "a trained bias on lora_B"},
     {"modules_to_save", "fully trained extra modules"},
-    {"target_parameters", "LoRA on raw parameters (such as fused MoE experts)"},
     {"trainable_token_indices", "trainable token embeddings"},
     {"layer_replication", "layer replication"},
     {"layers_to_transform", "LoRA restricted to some layer indices"},
@@ -288,11 +304,25 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
+  if (const json* params = find("target_parameters"); params != nullptr && !params->is_null()) {
+    TORCH_CHECK(params->is_array(),
+                where,
+                ": \"target_parameters\" is ",
+                params->dump(),
+                "; it must be a list of parameter names such as \"mlp.experts.gate_up_proj\"");
+    for (const json& t : *params) {
+      TORCH_CHECK(
+          t.is_string(), where, ": \"target_parameters\" has the entry ", t.dump(), "; entries must be strings");
+      config.target_parameters.push_back(t.get<std::string>());
+    }
+  }
   const json* targets = find("target_modules");
-  TORCH_CHECK(targets != nullptr && !targets->is_null(),
+  TORCH_CHECK((targets != nullptr && !targets->is_null()) || !config.target_parameters.empty(),
               where,
               ": \"target_modules\" is missing or null; a LoRA adapter needs the list of module names it adapts");
-  if (targets->is_string()) {
+  if (targets == nullptr || targets->is_null()) {
+    // Parameters only (e.g. MoE experts).
+  } else if (targets->is_string()) {
     TORCH_CHECK(targets->get<std::string>() == "all-linear",
                 where,
                 ": \"target_modules\" is the regular expression ",
@@ -365,7 +395,7 @@ void save_peft_adapter(const fs::path& dir,
     check_module_for_save(where, module, adapter, config);
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
-    suffixes.insert(last_component(module));
+    if (!is_parameter_module(module, config)) suffixes.insert(last_component(module));
   }
   const std::string config_text =
       adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
@@ -509,6 +539,27 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 "; every adapted module needs both, the file is incomplete (re-save the adapter)");
     const TensorInfo& a = file.info(*pair.a);
     const TensorInfo& b = file.info(*pair.b);
+    if (is_parameter_module(module, config)) {
+      // Stacked experts (Note [Expert LoRA layout]): the model checks the number of experts.
+      TORCH_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.shape[0] > 0 && a.shape[0] % config.r == 0 &&
+                      b.shape[1] == a.shape[0],
+                  weights_where,
+                  ": '",
+                  *pair.a,
+                  "' is ",
+                  c10::IntArrayRef(a.shape),
+                  " and its lora_B ",
+                  c10::IntArrayRef(b.shape),
+                  "; LoRA on target_parameters at r = ",
+                  config.r,
+                  " must be A [r * experts, in] and B [out, r * experts]");
+      loaded.adapters.emplace(module,
+                              lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
+                                                .b = trainable_fp32(file, *pair.b),
+                                                .scaling = config.scaling(),
+                                                .dropout = 0.0});
+      continue;
+    }
     TORCH_CHECK(a.shape.size() == 2 && a.shape[0] == config.r && a.shape[1] > 0,
                 weights_where,
                 ": '",

@@ -1,7 +1,8 @@
 // LoRA hyper-parameters and which modules they apply to, with PEFT's meaning for each.
 //
 // One struct serves both sources of a LoRA setup: a run config (axolotl keys lora_r, lora_alpha,
-// lora_dropout, lora_target_modules, lora_target_linear, peft_use_rslora) and an
+// lora_dropout, lora_target_modules, lora_target_linear, lora_target_parameters,
+// peft_use_rslora) and an
 // adapter_config.json written by PEFT or by qtrain. Matching module names follows PEFT's
 // `check_target_module_exists` for list-valued target_modules, so an adapter trained here
 // attaches to the same modules when PEFT loads it.
@@ -28,6 +29,11 @@ struct LoraConfig {
   // head (lm_head). Combined with target_modules, a module matching either is targeted.
   bool target_all_linear = false;
   bool use_rslora = false;
+  // PEFT's target_parameters (axolotl's lora_target_parameters): parameters, not modules, matched
+  // the same way against "<module path>.<parameter>", e.g. "mlp.experts.gate_up_proj" matches
+  // "model.layers.0.mlp.experts.gate_up_proj". Used for the stacked experts of MoE layers (see
+  // Note [Expert LoRA layout] in engine/lora/expert_lora.h); PEFT allows no dropout there.
+  std::vector<std::string> target_parameters;
 
   // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT computes both in double, as here).
   double scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r; }
@@ -39,19 +45,32 @@ struct LoraConfig {
     if (module_path.empty()) {
       return false;
     }
-    const auto ends_with_component = [&](const std::string& entry) {
-      return module_path == entry || (module_path.size() > entry.size() && module_path.ends_with(entry) &&
-                                      module_path[module_path.size() - entry.size() - 1] == '.');
-    };
-    if (target_all_linear && !ends_with_component("lm_head")) {
+    if (target_all_linear && !ends_with_component(module_path, "lm_head")) {
       return true;
     }
     for (const std::string& entry : target_modules) {
-      if (!entry.empty() && ends_with_component(entry)) {
+      if (!entry.empty() && ends_with_component(module_path, entry)) {
         return true;
       }
     }
     return false;
+  }
+
+  // Whether the parameter at `parameter_path` ("model.layers.0.mlp.experts.down_proj") gets an
+  // adapter through target_parameters.
+  bool targets_parameter(const std::string& parameter_path) const {
+    for (const std::string& entry : target_parameters) {
+      if (!entry.empty() && ends_with_component(parameter_path, entry)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // `path` equals `entry` or ends with "." + entry.
+  static bool ends_with_component(const std::string& path, const std::string& entry) {
+    return path == entry ||
+           (path.size() > entry.size() && path.ends_with(entry) && path[path.size() - entry.size() - 1] == '.');
   }
 
   // Rejects values PEFT would reject or that make training meaningless. `where` names the
@@ -68,10 +87,23 @@ struct LoraConfig {
                 ": lora_dropout is ",
                 dropout,
                 "; it must be in [0, 1) (0 disables it, typical: 0.05)");
-    TORCH_CHECK(target_all_linear || !target_modules.empty(),
+    TORCH_CHECK(target_all_linear || !target_modules.empty() || !target_parameters.empty(),
                 where,
                 ": no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj, ...]) "
                 "or target every linear layer (lora_target_linear: true)");
+    TORCH_CHECK(target_parameters.empty() || dropout == 0,
+                where,
+                ": lora_dropout is ",
+                dropout,
+                " but LoRA on parameters (lora_target_parameters, e.g. MoE experts) has no dropout: PEFT refuses "
+                "it, since the experts' delta is merged into the weight; set lora_dropout: 0");
+    for (const std::string& entry : target_parameters) {
+      TORCH_CHECK(!entry.empty() && !entry.starts_with('.') && !entry.ends_with('.'),
+                  where,
+                  ": LoRA target parameter '",
+                  entry,
+                  "' is not a parameter name; use a dotted suffix such as mlp.experts.gate_up_proj");
+    }
     for (const std::string& entry : target_modules) {
       TORCH_CHECK(!entry.empty() && !entry.starts_with('.') && !entry.ends_with('.'),
                   where,

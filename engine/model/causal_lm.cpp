@@ -19,6 +19,17 @@ namespace {
 // transformers 5 renames on load and back on save (conversion_mapping.py, "llava"). Its vision
 // tower and projector are not read.
 
+// Note [Expert tensor names]
+// transformers 5 holds a sparse layer's experts as two 3-D parameters, mlp.experts.gate_up_proj
+// [E, 2I, H] (rows 0..I-1 of each expert are gate_proj, I..2I-1 up_proj) and
+// mlp.experts.down_proj [E, H, I], and its router as mlp.gate.weight [E, H]. Its save_pretrained
+// writes them back per expert by default (save_original_format=True), as the Hub checkpoints
+// are: Qwen3-MoE mlp.experts.{e}.gate_proj / up_proj / down_proj.weight, Mixtral
+// block_sparse_moe.experts.{e}.w1 (gate) / w3 (up) / w2 (down).weight and
+// block_sparse_moe.gate.weight; with save_original_format=False the fused names. All three are
+// read; qtrain keeps one [2I, H] and one [H, I] weight per expert, so each expert is quantized on
+// its own.
+
 // Reads tensors by their in-memory names; `stored` maps such a name to the checkpoint's.
 struct Loader {
   const io::HfFolder& folder;
@@ -67,6 +78,59 @@ struct Loader {
           module, io::read_bnb_int8(folder, weight_name).to(options.device), bias, options.quant);
     }
     return LinearLayer::make(module, tensor(module + ".weight").to(options.device), bias, options.quant, options.dtype);
+  }
+
+  // A checkpoint tensor that must have `shape`; the error names the key.
+  at::Tensor shaped(const std::string& name, at::IntArrayRef shape) const {
+    auto t = tensor(name);
+    TORCH_CHECK(t.sizes() == shape,
+                folder.dir().string(),
+                ": ",
+                stored(name),
+                " is ",
+                t.sizes(),
+                " but config.json implies ",
+                shape);
+    return t;
+  }
+
+  // The router and experts of sparse layer `p` ("model.layers.N."). See Note [Expert tensor names].
+  MoeBlock moe(const std::string& p, const ModelConfig& c) const {
+    const auto& m = *c.moe;
+    const int64_t e_count = m.num_experts, h = c.hidden_size, i = m.expert_intermediate_size;
+    const bool mixtral_names = contains(p + "block_sparse_moe.gate.weight");
+    const auto block = p + (mixtral_names ? "block_sparse_moe." : "mlp.");
+    MoeBlock b;
+    b.router = shaped(block + "gate.weight", {e_count, h}).to(options.device, options.dtype).contiguous();
+    b.experts.name = p + "mlp.experts";
+    b.experts.act = c.hidden_act;
+    const QuantSpec quant = options.quantize_moe_experts ? options.quant : QuantSpec{};
+    const bool fused = contains(block + "experts.gate_up_proj");
+    at::Tensor gate_up_all, down_all;
+    if (fused) {
+      gate_up_all = shaped(block + "experts.gate_up_proj", {e_count, 2 * i, h});
+      down_all = shaped(block + "experts.down_proj", {e_count, h, i});
+    }
+    for (int64_t e = 0; e < e_count; ++e) {
+      const auto ex = block + "experts." + std::to_string(e) + ".";
+      at::Tensor gate_up, down;
+      if (fused) {
+        gate_up = gate_up_all[e];
+        down = down_all[e];
+      } else if (mixtral_names) {
+        gate_up = at::cat({shaped(ex + "w1.weight", {i, h}), shaped(ex + "w3.weight", {i, h})});
+        down = shaped(ex + "w2.weight", {h, i});
+      } else {
+        gate_up = at::cat({shaped(ex + "gate_proj.weight", {i, h}), shaped(ex + "up_proj.weight", {i, h})});
+        down = shaped(ex + "down_proj.weight", {h, i});
+      }
+      const auto name = b.experts.name + "." + std::to_string(e);
+      b.experts.gate_up.push_back(LinearLayer::make(
+          name + ".gate_up_proj", gate_up.to(options.device).contiguous(), std::nullopt, quant, options.dtype));
+      b.experts.down.push_back(LinearLayer::make(
+          name + ".down_proj", down.to(options.device).contiguous(), std::nullopt, quant, options.dtype));
+    }
+    return b;
   }
 };
 
@@ -140,11 +204,15 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
     if (!l.attention.k_eq_v) l.v = load.linear(p + "self_attn.v_proj", c.qkv_bias);
     if (c.arch == Architecture::gemma4) l.layer_scalar = load.plain(p + "layer_scalar");
     l.o = load.linear(p + "self_attn.o_proj", c.o_bias);
-    l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
-    l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
-    l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
+    if (c.layer_is_sparse(i)) {
+      l.moe = load.moe(p, c);
+    } else {
+      l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
+      l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
+      l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
+    }
     if (std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
-      for (auto* lin : l.linears()) {
+      for (auto* lin : l.weight_linears()) {
         std::vector<at::Tensor> host;
         for (const auto& t : lin->base_tensors()) host.push_back(t.cpu());
         lin->rebind_base_tensors(host);
@@ -153,13 +221,17 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
     l.sliding_window = c.sliding_window[i];
     const int64_t q_out = c.num_heads * l.attention.head_dim, kv_out = l.attention.num_kv_heads * l.attention.head_dim;
     // Without v_proj (k_eq_v) k is checked in its place.
-    for (auto [lin, out, in] : {std::tuple{&l.q, q_out, c.hidden_size},
-                                {&l.k, kv_out, c.hidden_size},
-                                {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
-                                {&l.o, c.hidden_size, q_out},
-                                {&l.gate, c.intermediate_size, c.hidden_size},
-                                {&l.up, c.intermediate_size, c.hidden_size},
-                                {&l.down, c.hidden_size, c.intermediate_size}}) {
+    std::vector<std::tuple<const LinearLayer*, int64_t, int64_t>> shapes = {{&l.q, q_out, c.hidden_size},
+                                                                            {&l.k, kv_out, c.hidden_size},
+                                                                            {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
+                                                                            {&l.o, c.hidden_size, q_out}};
+    if (!l.moe) {
+      shapes.insert(shapes.end(),
+                    {{&l.gate, c.intermediate_size, c.hidden_size},
+                     {&l.up, c.intermediate_size, c.hidden_size},
+                     {&l.down, c.hidden_size, c.intermediate_size}});
+    }
+    for (auto [lin, out, in] : shapes) {
       TORCH_CHECK(lin->out_features == out && lin->in_features == in,
                   folder.dir().string(),
                   ": ",

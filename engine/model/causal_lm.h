@@ -22,6 +22,9 @@ struct LoadOptions {
   // Decoder layers whose base linear weights are kept in CPU memory after quantization (the
   // layers offload/ will stream; see engine/schedule/offloaded_weights.h).
   std::vector<int64_t> host_layers;
+  // axolotl's quantize_moe_experts: routed experts are quantized per expert as `quant` says
+  // (true), or kept in the compute dtype (false). Routers are never quantized.
+  bool quantize_moe_experts = true;
 };
 
 class CausalLM {

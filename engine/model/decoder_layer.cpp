@@ -2,6 +2,7 @@
 #include "engine/model/decoder_layer.h"
 
 #include <cmath>
+#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -48,6 +49,10 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
     g = c.hidden_act == Activation::gelu_tanh ? at::gelu(g, "tanh") : at::silu(g);
     return down.forward(g * up.forward(x, training), training);
   };
+  if (moe) {
+    auto h1 = h + a;
+    return h1 + moe->forward(norm(h1, post_attn_norm), *c.moe, training, inputs.router_logits);
+  }
   if (c.gemma) {
     auto h1 = h + norm(a, post_attn_norm);
     auto out = h1 + norm(mlp(norm(h1, *pre_ff_norm)), *post_ff_norm);
@@ -58,13 +63,36 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
 }
 
 std::vector<const LinearLayer*> DecoderLayer::linears() const {
-  if (!v) return {&q, &k, &o, &gate, &up, &down};
-  return {&q, &k, &*v, &o, &gate, &up, &down};
+  std::vector<const LinearLayer*> out = {&q, &k};
+  if (v) out.push_back(&*v);
+  out.push_back(&o);
+  if (!moe) out.insert(out.end(), {&gate, &up, &down});
+  return out;
 }
 
 std::vector<LinearLayer*> DecoderLayer::linears() {
-  if (!v) return {&q, &k, &o, &gate, &up, &down};
-  return {&q, &k, &*v, &o, &gate, &up, &down};
+  std::vector<LinearLayer*> out = {&q, &k};
+  if (v) out.push_back(&*v);
+  out.push_back(&o);
+  if (!moe) out.insert(out.end(), {&gate, &up, &down});
+  return out;
+}
+
+std::vector<const LinearLayer*> DecoderLayer::weight_linears() const {
+  auto out = linears();
+  if (moe) {
+    for (int64_t e = 0; e < moe->experts.num_experts(); ++e) {
+      out.push_back(&moe->experts.gate_up[e]);
+      out.push_back(&moe->experts.down[e]);
+    }
+  }
+  return out;
+}
+
+std::vector<LinearLayer*> DecoderLayer::weight_linears() {
+  std::vector<LinearLayer*> out;
+  for (const auto* l : std::as_const(*this).weight_linears()) out.push_back(const_cast<LinearLayer*>(l));
+  return out;
 }
 
 std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
@@ -73,6 +101,14 @@ std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
     if (l->lora) {
       params.push_back(l->lora->a);
       params.push_back(l->lora->b);
+    }
+  }
+  if (moe) {
+    for (const auto* l : {&moe->experts.gate_up_lora, &moe->experts.down_lora}) {
+      if (*l) {
+        params.push_back((*l)->stacked.a);
+        params.push_back((*l)->stacked.b);
+      }
     }
   }
   return params;

@@ -1,8 +1,10 @@
 // One decoder layer of the Llama family (Llama, Mistral, Qwen2, Qwen3):
 //   h = h + o(attention(rope(norm_q(q(x))), rope(norm_k(k(x))), v(x)))   with x = input_norm(h)
 //   h = h + down(silu(gate(x)) * up(x))                                  with x = post_attn_norm(h)
-// or of Gemma 2 and 3, see Note [Gemma decoder], or of Gemma 4, see Note [Gemma 4 decoder]. The layer only computes;
-// when its weights are resident and whether it is recomputed is the scheduler's business (engine/schedule).
+// with the MLP replaced by routed experts on the sparse layers of Qwen3-MoE and Mixtral
+// (engine/model/moe_block.h), or of Gemma 2 and 3, see Note [Gemma decoder], or of Gemma 4, see
+// Note [Gemma 4 decoder]. The layer only computes; when its weights are resident and whether it is
+// recomputed is the scheduler's business (engine/schedule).
 #pragma once
 
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include "engine/model/linear_layer.h"
 #include "engine/model/model_config.h"
+#include "engine/model/moe_block.h"
 #include "ops/nn/rope.h"
 
 namespace qtrain::engine::model {
@@ -57,6 +60,9 @@ struct LayerInputs {
   ops::RopeTables rope;
   ops::RopeTables sliding_rope;  // undefined unless sliding layers have their own rope (Gemma 3, 4)
   at::Tensor segments;           // int64 [B, T]: packed sample of each token, -1 on padding; undefined: one per row
+  // When set, every sparse layer's forward appends its router logits [B*T, E] here, in layer
+  // order (transformers' output_router_logits). Layers run under a checkpoint do not record.
+  std::vector<at::Tensor>* router_logits = nullptr;
 
   // The tables a layer uses: its own for a sliding layer where there are any.
   const ops::RopeTables& rope_for(bool sliding) const {
@@ -74,17 +80,24 @@ struct DecoderLayer {
   std::optional<at::Tensor> pre_ff_norm, post_ff_norm;  // [H], Gemma
   std::optional<at::Tensor> q_norm, k_norm;             // [head_dim], Qwen3, Gemma 3 and 4
   LinearLayer q, k;
-  std::optional<LinearLayer> v;  // absent where the values are k's output (LayerAttention::k_eq_v)
-  LinearLayer o, gate, up, down;
-  at::Tensor layer_scalar;  // [1], Gemma 4; undefined otherwise
+  std::optional<LinearLayer> v;   // absent where the values are k's output (LayerAttention::k_eq_v)
+  LinearLayer o, gate, up, down;  // gate, up, down: the dense MLP, empty on a sparse layer
+  std::optional<MoeBlock> moe;    // a sparse layer's router and experts
+  at::Tensor layer_scalar;        // [1], Gemma 4; undefined otherwise
   LayerAttention attention;
   std::optional<int64_t> sliding_window;
 
   // h: [B, T, H] in the compute dtype. Residual adds are out of place (a checkpoint saves h).
   at::Tensor forward(const at::Tensor& h, const LayerInputs& inputs, const ModelConfig& config, bool training) const;
 
+  // The layer's linear modules (attention, and the dense MLP on a dense layer): what LoRA
+  // target_modules name and what merging and quantizing export.
   std::vector<const LinearLayer*> linears() const;
   std::vector<LinearLayer*> linears();
+  // Every frozen base weight held as a LinearLayer: linears() and then, on a sparse layer, each
+  // expert's gate_up and down (expert by expert). What offload moves and what the weight bytes count.
+  std::vector<const LinearLayer*> weight_linears() const;
+  std::vector<LinearLayer*> weight_linears();
   // The trainable tensors of this layer (LoRA A and B of every adapted linear), in a fixed order.
   std::vector<at::Tensor> trainable_parameters() const;
 };

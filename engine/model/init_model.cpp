@@ -32,8 +32,21 @@ ModelConfig base_config(Architecture arch,
   c.rms_norm_eps = 1e-6;
   c.rope_theta = arch == Architecture::llama ? 500000.0 : 1000000.0;
   c.qkv_bias = arch == Architecture::qwen2;
-  c.qk_norm = arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::gemma4;
+  c.qk_norm = arch == Architecture::qwen3 || arch == Architecture::gemma3 || arch == Architecture::gemma4 ||
+              arch == Architecture::qwen3_moe;
   c.sliding_window.assign(layers, std::nullopt);
+  if (arch == Architecture::qwen3_moe || arch == Architecture::mixtral) {
+    // 8 experts, top-2 on every layer, each expert a quarter of the dense width (Mixtral's
+    // intermediate_size is its experts' width, so the dense width is not used there).
+    MoeConfig m;
+    m.num_experts = 8;
+    m.top_k = 2;
+    m.expert_intermediate_size = arch == Architecture::mixtral ? intermediate : intermediate / 4;
+    m.norm_topk_prob = true;
+    m.fp32_routing_weights = arch == Architecture::mixtral;
+    m.sparse.assign(layers, true);
+    c.moe = m;
+  }
   if (arch == Architecture::mistral) c.sliding_window.assign(layers, max_pos / 2);
   if (arch == Architecture::gemma4) {
     // Gemma4TextConfig with the 26B-A4B's conventions (See Note [Gemma 4 decoder]): one full layer
@@ -109,7 +122,9 @@ Architecture architecture_from_name(const std::string& name) {
                  Architecture::qwen3,
                  Architecture::gemma2,
                  Architecture::gemma3,
-                 Architecture::gemma4}) {
+                 Architecture::gemma4,
+                 Architecture::qwen3_moe,
+                 Architecture::mixtral}) {
     if (architecture_name(a) == name) return a;
   }
   if (name == "gemma3") return Architecture::gemma3;
@@ -117,8 +132,8 @@ Architecture architecture_from_name(const std::string& name) {
   TORCH_CHECK(false,
               "architecture '",
               name,
-              "' is not supported; choose llama, mistral, qwen2, qwen3, gemma2, gemma3 (gemma3_text) or gemma4 "
-              "(gemma4_text)");
+              "' is not supported; choose llama, mistral, qwen2, qwen3, gemma2, gemma3 (gemma3_text), gemma4 "
+              "(gemma4_text), qwen3_moe or mixtral");
 }
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
@@ -182,16 +197,28 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
       tensors.emplace_back(p + "pre_feedforward_layernorm.weight", norm(c.hidden_size));
       tensors.emplace_back(p + "post_feedforward_layernorm.weight", norm(c.hidden_size));
     }
-    for (auto [name, out, in] : {std::tuple{"self_attn.q_proj", q_out, c.hidden_size},
-                                 {"self_attn.k_proj", kv_out, c.hidden_size},
-                                 {"self_attn.v_proj", kv_out, c.hidden_size},
-                                 {"self_attn.o_proj", c.hidden_size, q_out},
-                                 {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
-                                 {"mlp.up_proj", c.intermediate_size, c.hidden_size},
-                                 {"mlp.down_proj", c.hidden_size, c.intermediate_size}}) {
-      if (attention.k_eq_v && std::string(name) == "self_attn.v_proj") continue;
-      tensors.emplace_back(p + name + ".weight", normal({out, in}));
+    std::vector<std::tuple<std::string, int64_t, int64_t>> linears = {{"self_attn.q_proj", q_out, c.hidden_size},
+                                                                      {"self_attn.k_proj", kv_out, c.hidden_size}};
+    if (!attention.k_eq_v) linears.emplace_back("self_attn.v_proj", kv_out, c.hidden_size);
+    linears.emplace_back("self_attn.o_proj", c.hidden_size, q_out);
+    if (c.layer_is_sparse(i)) {
+      // The per-expert names transformers' save_pretrained writes (Note [Expert tensor names]).
+      const bool mixtral = c.arch == Architecture::mixtral;
+      const auto block = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const int64_t ei = c.moe->expert_intermediate_size;
+      linears.emplace_back(block.substr(p.size()) + "gate", c.moe->num_experts, c.hidden_size);
+      for (int64_t e = 0; e < c.moe->num_experts; ++e) {
+        const auto ex = block.substr(p.size()) + "experts." + std::to_string(e) + ".";
+        linears.emplace_back(ex + (mixtral ? "w1" : "gate_proj"), ei, c.hidden_size);
+        linears.emplace_back(ex + (mixtral ? "w3" : "up_proj"), ei, c.hidden_size);
+        linears.emplace_back(ex + (mixtral ? "w2" : "down_proj"), c.hidden_size, ei);
+      }
+    } else {
+      linears.emplace_back("mlp.gate_proj", c.intermediate_size, c.hidden_size);
+      linears.emplace_back("mlp.up_proj", c.intermediate_size, c.hidden_size);
+      linears.emplace_back("mlp.down_proj", c.hidden_size, c.intermediate_size);
     }
+    for (const auto& [name, out, in] : linears) tensors.emplace_back(p + name + ".weight", normal({out, in}));
     if (c.arch == Architecture::gemma4) tensors.emplace_back(p + "layer_scalar", norm(1));
     if (c.qkv_bias) {
       for (auto [name, out] : {std::pair{"q_proj", q_out}, {"k_proj", kv_out}, {"v_proj", kv_out}}) {

@@ -5,6 +5,24 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 namespace qtrain::engine::model {
+namespace {
+
+// The experts' two adapters with their PEFT module paths; see Note [Expert LoRA module names].
+struct ExpertSlot {
+  std::string module;
+  std::optional<lora::ExpertLora>* lora;
+  int64_t in, out;
+};
+
+std::vector<ExpertSlot> expert_slots(MoeExperts& ex, bool gate_up_targeted, bool down_targeted) {
+  std::vector<ExpertSlot> slots;
+  const int64_t h = ex.hidden_size(), i = ex.intermediate_size();
+  if (gate_up_targeted) slots.push_back({ex.name + (down_targeted ? ".base_layer" : ""), &ex.gate_up_lora, h, 2 * i});
+  if (down_targeted) slots.push_back({ex.name, &ex.down_lora, i, h});
+  return slots;
+}
+
+}  // namespace
 
 int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed) {
   config.validate("LoRA config");
@@ -14,6 +32,14 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
     for (auto* linear : layer.linears()) {
       if (!config.targets(linear->name)) continue;
       linear->lora = lora::lora_init(linear->in_features, linear->out_features, config, gen, model.device());
+      ++adapted;
+    }
+    if (!layer.moe) continue;
+    auto& ex = layer.moe->experts;
+    for (const auto& slot : expert_slots(ex,
+                                         config.targets_parameter(ex.name + ".gate_up_proj"),
+                                         config.targets_parameter(ex.name + ".down_proj"))) {
+      *slot.lora = lora::expert_lora_init(ex.num_experts(), slot.in, slot.out, config, gen, model.device());
       ++adapted;
     }
   }
@@ -30,10 +56,29 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
 
 void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source) {
   std::map<std::string, LinearLayer*> by_name;
+  std::map<std::string, std::pair<ExpertSlot, int64_t>> experts_by_name;  // slot, number of experts
+  const auto& config = adapter.config;
   for (auto& layer : model.layers()) {
     for (auto* linear : layer.linears()) by_name[linear->name] = linear;
+    if (!layer.moe) continue;
+    auto& ex = layer.moe->experts;
+    for (const auto& slot : expert_slots(ex,
+                                         config.targets_parameter(ex.name + ".gate_up_proj"),
+                                         config.targets_parameter(ex.name + ".down_proj"))) {
+      experts_by_name.emplace(slot.module, std::pair{slot, ex.num_experts()});
+    }
   }
   for (const auto& [module, a] : adapter.adapters) {
+    if (auto ex = experts_by_name.find(module); ex != experts_by_name.end()) {
+      const auto& [slot, e_count] = ex->second;
+      lora::check_expert_lora(a, e_count, config.r, slot.in, slot.out, source + ": " + module);
+      lora::LoraAdapter copy = a;
+      copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
+      copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);
+      copy.dropout = 0.0;
+      *slot.lora = lora::ExpertLora{std::move(copy), e_count};
+      continue;
+    }
     auto it = by_name.find(module);
     TORCH_CHECK(it != by_name.end(),
                 source,
@@ -67,6 +112,10 @@ std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model) {
     for (const auto* linear : layer.linears()) {
       if (linear->lora) out.emplace(linear->name, *linear->lora);
     }
+    if (!layer.moe) continue;
+    const auto& ex = layer.moe->experts;
+    if (ex.gate_up_lora) out.emplace(ex.name + (ex.down_lora ? ".base_layer" : ""), ex.gate_up_lora->stacked);
+    if (ex.down_lora) out.emplace(ex.name, ex.down_lora->stacked);
   }
   return out;
 }

@@ -1,6 +1,13 @@
-// Puts LoRA adapters on a model's linear layers: fresh ones (PEFT's initialisation) for the
-// layers a LoraConfig targets, or the tensors of a PEFT adapter folder; and collects them back
-// by Hugging Face module path for saving.
+// Puts LoRA adapters on a model's linear layers and MoE experts: fresh ones (PEFT's
+// initialisation) for the layers and parameters a LoraConfig targets, or the tensors of a PEFT
+// adapter folder; and collects them back by PEFT module path for saving.
+//
+// Note [Expert LoRA module names]
+// PEFT wraps each targeted parameter of a module in a ParamWrapper; two targeted parameters of
+// one module nest, the parameter registered first (gate_up_proj) innermost. So with both experts'
+// parameters targeted, gate_up_proj's adapter is saved under "<layer>.mlp.experts.base_layer" and
+// down_proj's under "<layer>.mlp.experts"; with only one targeted, it is "<layer>.mlp.experts".
+// Their A and B have PEFT's stacked shapes (Note [Expert LoRA layout]).
 #pragma once
 
 #include <map>
@@ -13,17 +20,19 @@
 
 namespace qtrain::engine::model {
 
-// Fresh adapters on every linear the config targets (all seven with target_all_linear). A is
-// drawn from one CPU generator seeded with `seed`, layer by layer in module order, so a seed
+// Fresh adapters on every linear the config targets (all seven with target_all_linear) and on the
+// experts' gate_up_proj / down_proj its target_parameters name. A is drawn from one CPU generator
+// seeded with `seed`, layer by layer in module order (experts after the linears), so a seed
 // reproduces the adapter. Returns the number of adapted layers; zero is an error naming the
 // targets and the model's module names.
 int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed);
 
 // The adapter's tensors on the modules they name; every module must exist in the model with
-// matching shapes.
+// matching shapes (expert adapters: see Note [Expert LoRA module names]).
 void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source);
 
-// Every adapter of the model, by module path (e.g. "model.layers.0.self_attn.q_proj").
+// Every adapter of the model, by PEFT module path (e.g. "model.layers.0.self_attn.q_proj",
+// "model.layers.0.mlp.experts.base_layer"); expert adapters hold the stacked tensors.
 std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model);
 
 }  // namespace qtrain::engine::model

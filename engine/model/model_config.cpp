@@ -325,6 +325,61 @@ void read_gemma4_attention(ModelConfig& c, const nlohmann::json& j, const std::s
   }
 }
 
+// Qwen3MoeConfig / MixtralConfig: the expert block's shape and routing, and which layers are
+// sparse (Qwen3MoeDecoderLayer: i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0;
+// Mixtral: every layer). Keys of related families that change the block's meaning are refused.
+MoeConfig read_moe(const ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  MoeConfig m;
+  const bool mixtral = c.arch == Architecture::mixtral;
+  // transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (attribute_map).
+  m.num_experts = j.contains("num_experts") && !j.at("num_experts").is_null()
+                      ? j.at("num_experts").get<int64_t>()
+                      : required<int64_t>(j, "num_local_experts", source);
+  m.top_k = required<int64_t>(j, "num_experts_per_tok", source);
+  m.expert_intermediate_size = mixtral ? c.intermediate_size : required<int64_t>(j, "moe_intermediate_size", source);
+  m.norm_topk_prob = mixtral || optional_or<bool>(j, "norm_topk_prob", false);
+  m.fp32_routing_weights = mixtral;
+  m.output_router_logits = optional_or<bool>(j, "output_router_logits", false);
+  m.router_aux_loss_coef = optional_or<double>(j, "router_aux_loss_coef", 0.001);
+  TORCH_CHECK(m.num_experts > 0, source, ": the number of experts must be positive, got ", m.num_experts);
+  TORCH_CHECK(m.top_k > 0 && m.top_k <= m.num_experts,
+              source,
+              ": num_experts_per_tok is ",
+              m.top_k,
+              "; it must be between 1 and the number of experts (",
+              m.num_experts,
+              ")");
+  TORCH_CHECK(m.expert_intermediate_size > 0,
+              source,
+              ": the experts' intermediate size must be positive, got ",
+              m.expert_intermediate_size);
+  TORCH_CHECK(optional_or<int64_t>(j, "shared_expert_intermediate_size", 0) == 0,
+              source,
+              ": shared_expert_intermediate_size is set: a shared expert (Qwen2-MoE) is not supported");
+  TORCH_CHECK(optional_or<double>(j, "router_jitter_noise", 0.0) == 0.0,
+              source,
+              ": router_jitter_noise is ",
+              optional_or<double>(j, "router_jitter_noise", 0.0),
+              ": training-time router noise is not supported; set it to 0 (Mixtral's released configs do)");
+  const int64_t step = mixtral ? 1 : optional_or<int64_t>(j, "decoder_sparse_step", 1);
+  TORCH_CHECK(step > 0, source, ": decoder_sparse_step must be positive, got ", step);
+  m.sparse.assign(c.num_layers, false);
+  for (int64_t i = 0; i < c.num_layers; ++i) m.sparse[i] = (i + 1) % step == 0;
+  if (!mixtral && j.contains("mlp_only_layers") && j.at("mlp_only_layers").is_array()) {
+    for (const auto& v : j.at("mlp_only_layers")) {
+      const auto i = v.get<int64_t>();
+      TORCH_CHECK(i >= 0 && i < c.num_layers,
+                  source,
+                  ": mlp_only_layers names layer ",
+                  i,
+                  " but the model has layers 0..",
+                  c.num_layers - 1);
+      m.sparse[i] = false;
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 std::string architecture_name(Architecture arch) {
@@ -343,6 +398,10 @@ std::string architecture_name(Architecture arch) {
       return "gemma3_text";
     case Architecture::gemma4:
       return "gemma4_text";
+    case Architecture::qwen3_moe:
+      return "qwen3_moe";
+    case Architecture::mixtral:
+      return "mixtral";
   }
   return "?";
 }
@@ -397,13 +456,17 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     c.arch = Architecture::gemma3;
   } else if (type == "gemma4_text") {
     c.arch = Architecture::gemma4;
+  } else if (type == "qwen3_moe") {
+    c.arch = Architecture::qwen3_moe;
+  } else if (type == "mixtral") {
+    c.arch = Architecture::mixtral;
   } else {
     TORCH_CHECK(false,
                 source,
                 ": model_type '",
                 type,
                 "' is not supported; supported: llama, mistral, qwen2, qwen3, gemma2, gemma3_text, gemma3, "
-                "gemma4_text, gemma4");
+                "gemma4_text, gemma4, qwen3_moe, mixtral");
   }
   c.gemma = c.arch == Architecture::gemma2 || c.arch == Architecture::gemma3 || c.arch == Architecture::gemma4;
   nlohmann::json completed;
@@ -426,7 +489,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   c.qkv_bias = c.arch == Architecture::qwen2 || attention_bias;
   c.o_bias = c.arch != Architecture::qwen2 && attention_bias;
   c.mlp_bias = optional_or<bool>(j, "mlp_bias", false);
-  c.qk_norm = c.arch == Architecture::qwen3 || c.arch == Architecture::gemma3 || c.arch == Architecture::gemma4;
+  c.qk_norm = c.arch == Architecture::qwen3 || c.arch == Architecture::gemma3 || c.arch == Architecture::gemma4 ||
+              c.arch == Architecture::qwen3_moe;
   if (c.arch == Architecture::gemma4) check_gemma4_supported(j, file, source);
   if (c.gemma) {
     read_gemma(c, j, source);
@@ -443,6 +507,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
                          {"head_dim", c.head_dim}}) {
     TORCH_CHECK(v > 0, source, ": ", name, " must be positive, got ", v);
   }
+  if (c.arch == Architecture::qwen3_moe || c.arch == Architecture::mixtral) c.moe = read_moe(c, j, source);
   TORCH_CHECK(c.num_heads % c.num_kv_heads == 0,
               source,
               ": num_attention_heads ",
@@ -490,8 +555,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
       }
     }
   } else if (window > 0) {
+    // Qwen3-MoE has no max_window_layers: use_sliding_window puts the window on every layer.
     const bool qwen = c.arch == Architecture::qwen2 || c.arch == Architecture::qwen3;
-    const bool on = !qwen || optional_or<bool>(j, "use_sliding_window", false);
+    const bool on = !(qwen || c.arch == Architecture::qwen3_moe) || optional_or<bool>(j, "use_sliding_window", false);
     const int64_t first = qwen ? optional_or<int64_t>(j, "max_window_layers", c.num_layers) : 0;
     for (int64_t i = first; on && i < c.num_layers; ++i) c.sliding_window[i] = window;
   }
@@ -514,7 +580,9 @@ nlohmann::json ModelConfig::to_json() const {
                                   "Qwen3ForCausalLM",
                                   "Gemma2ForCausalLM",
                                   "Gemma3ForCausalLM",
-                                  "Gemma4ForCausalLM"};
+                                  "Gemma4ForCausalLM",
+                                  "Qwen3MoeForCausalLM",
+                                  "MixtralForCausalLM"};
   nlohmann::json j;
   j["architectures"] = {classes[static_cast<int>(arch)]};
   j["model_type"] = architecture_name(arch);
@@ -586,7 +654,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["rope_parameters"] = rope_json(global);
     const auto window = sliding_window.empty() ? std::nullopt : sliding_window.back();
     j["sliding_window"] = window ? nlohmann::json(*window) : nlohmann::json(nullptr);
-    if (window && arch != Architecture::mistral) {
+    if (window && arch != Architecture::mistral && arch != Architecture::mixtral) {
       j["use_sliding_window"] = true;
       int64_t first = num_layers;
       for (int64_t i = num_layers - 1; i >= 0 && sliding_window[i]; --i) first = i;
@@ -594,6 +662,25 @@ nlohmann::json ModelConfig::to_json() const {
     }
     j["bos_token_id"] = 1;
     j["eos_token_id"] = 2;
+  }
+  if (moe) {
+    j["num_experts_per_tok"] = moe->top_k;
+    j["output_router_logits"] = moe->output_router_logits;
+    j["router_aux_loss_coef"] = moe->router_aux_loss_coef;
+    if (arch == Architecture::mixtral) {
+      j["num_local_experts"] = moe->num_experts;
+      j["intermediate_size"] = moe->expert_intermediate_size;
+    } else {
+      j["num_experts"] = moe->num_experts;
+      j["moe_intermediate_size"] = moe->expert_intermediate_size;
+      j["norm_topk_prob"] = moe->norm_topk_prob;
+      j["decoder_sparse_step"] = 1;
+      auto dense = nlohmann::json::array();
+      for (int64_t i = 0; i < num_layers; ++i) {
+        if (!moe->sparse[i]) dense.push_back(i);
+      }
+      j["mlp_only_layers"] = dense;
+    }
   }
   j["dtype"] = "float32";
   return j;

@@ -2,7 +2,8 @@
 // differences between transformers v4 and v5 files (rope_theta/rope_scaling vs rope_parameters,
 // missing head_dim or num_key_value_heads) and between families (Mistral's window, Qwen3's q/k
 // norms, Gemma's norms, soft-caps and per-layer-type rope, Gemma 4's per-layer attention shapes),
-// as transformers' configuration classes read them.
+// as transformers' configuration classes read them. Mixture-of-experts families (Qwen3-MoE,
+// Mixtral) add a MoeConfig.
 #pragma once
 
 #include <optional>
@@ -18,10 +19,10 @@ namespace qtrain::engine::model {
 // gemma3 is the text decoder of Gemma 3 (model_type gemma3_text, Gemma3ForCausalLM), also read
 // from the text_config of a multimodal gemma3 (Gemma3ForConditionalGeneration) folder; gemma4
 // likewise (gemma4_text, Gemma4ForCausalLM; gemma4, Gemma4ForConditionalGeneration).
-enum class Architecture { llama, mistral, qwen2, qwen3, gemma2, gemma3, gemma4 };
+enum class Architecture { llama, mistral, qwen2, qwen3, gemma2, gemma3, gemma4, qwen3_moe, mixtral };
 
 // The model_type transformers writes: llama, mistral, qwen2, qwen3, gemma2, gemma3_text,
-// gemma4_text.
+// gemma4_text, qwen3_moe, mixtral.
 std::string architecture_name(Architecture arch);
 
 enum class Activation { silu, gelu_tanh };  // the MLP's gate: SwiGLU or Gemma's GeGLU (tanh GELU)
@@ -39,6 +40,20 @@ struct LayerAttention {
   int64_t num_kv_heads = 0;
   bool k_eq_v = false;  // values are the raw k_proj output (See Note [Gemma 4 decoder] in decoder_layer.h)
   bool operator==(const LayerAttention&) const = default;
+};
+
+// The routed expert block of Qwen3-MoE and Mixtral (see Note [Top-k routing] in
+// engine/model/moe_router.h). Field names follow transformers' Qwen3MoeConfig; Mixtral's
+// num_local_experts and intermediate_size (its experts' width) are read into the same fields.
+struct MoeConfig {
+  int64_t num_experts = 0;               // E (num_experts / num_local_experts)
+  int64_t top_k = 0;                     // K (num_experts_per_tok)
+  int64_t expert_intermediate_size = 0;  // I of each expert (moe_intermediate_size; Mixtral: intermediate_size)
+  bool norm_topk_prob = false;           // renormalise the K probabilities (Mixtral: always)
+  bool fp32_routing_weights = false;     // Mixtral keeps them fp32; Qwen casts them to the compute dtype
+  bool output_router_logits = false;     // HF adds the load-balancing loss only when this is set
+  double router_aux_loss_coef = 0.001;
+  std::vector<bool> sparse;  // per layer: routed experts (true) or the dense MLP (decoder_sparse_step, mlp_only_layers)
 };
 
 struct ModelConfig {
@@ -77,7 +92,8 @@ struct ModelConfig {
   // "model.language_model." for a multimodal Gemma 3 or 4 (see Note [Multimodal Gemma 3 tensor
   // names] in causal_lm.cpp for how a Gemma 3 checkpoint spells them; Gemma 4's spells them so).
   std::string weight_prefix = "model.";
-  nlohmann::json raw;  // the file as read, for writing it back unchanged
+  std::optional<MoeConfig> moe;  // Qwen3-MoE, Mixtral
+  nlohmann::json raw;            // the file as read, for writing it back unchanged
 
   LayerAttention attention(int64_t layer) const {
     return layer_attention.empty() ? LayerAttention{head_dim, num_kv_heads, false} : layer_attention.at(layer);
@@ -90,6 +106,9 @@ struct ModelConfig {
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   // A config.json transformers loads (model_type, architectures, all fields above).
   nlohmann::json to_json() const;
+
+  // Whether layer i holds routed experts instead of the dense MLP.
+  bool layer_is_sparse(int64_t i) const { return moe && moe->sparse.at(i); }
 };
 
 }  // namespace qtrain::engine::model

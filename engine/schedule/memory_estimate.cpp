@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "offload/blob_layout.h"
 #include "ops/nn/cross_entropy.h"
@@ -53,6 +54,12 @@ namespace {
 // [N, I] from down's LoRA) and attention's (the fused kernel's q, k, v gradients and float32 dq
 // accumulator), and the
 // largest dequantized weight. These transients are an estimate, not a measurement.
+// A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
+// through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
+// row), plus the gathered rows [N K, H] (s) and the weighted rows before the sum over K (float32
+// for Mixtral's float32 routing weights, s otherwise). Which experts a batch touches and how
+// unevenly is not known from the config, so this is an estimate of the balanced case; the weight
+// bytes are exact.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
 // (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
 // batch (4 int64 [B, T] tensors on the device). Gemma 3 and 4 have a second pair of rope tables
@@ -70,23 +77,56 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 struct Linear {
-  const char* module;  // after "model.layers.<i>."
+  std::string module;  // after "model.layers.<i>."
   int64_t out;
   int64_t in;
   bool present = true;  // v_proj is absent on Gemma 4's k_eq_v layers
+  bool expert = false;  // one expert's gate_up or down (quantized as quantize_moe_experts says)
 };
 
-// The seven linears of decoder layer `layer`, in blob order.
-std::array<Linear, 7> layer_linears(const model::ModelConfig& c, int64_t layer) {
+// The base weights of decoder layer `layer` in blob order (DecoderLayer::weight_linears): q, k,
+// v (present = false on Gemma 4's k_eq_v layers), o, then gate, up, down, or on a sparse layer
+// each expert's gate_up [2I, H] and down [H, I].
+std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
   const auto a = c.attention(layer);
   const int64_t qd = c.num_heads * a.head_dim, kvd = a.num_kv_heads * a.head_dim;
-  return {{{"self_attn.q_proj", qd, c.hidden_size},
-           {"self_attn.k_proj", kvd, c.hidden_size},
-           {"self_attn.v_proj", kvd, c.hidden_size, !a.k_eq_v},
-           {"self_attn.o_proj", c.hidden_size, qd},
-           {"mlp.gate_proj", c.intermediate_size, c.hidden_size},
-           {"mlp.up_proj", c.intermediate_size, c.hidden_size},
-           {"mlp.down_proj", c.hidden_size, c.intermediate_size}}};
+  std::vector<Linear> out = {{"self_attn.q_proj", qd, c.hidden_size},
+                             {"self_attn.k_proj", kvd, c.hidden_size},
+                             {"self_attn.v_proj", kvd, c.hidden_size, !a.k_eq_v},
+                             {"self_attn.o_proj", c.hidden_size, qd}};
+  if (c.layer_is_sparse(layer)) {
+    const int64_t i = c.moe->expert_intermediate_size;
+    for (int64_t e = 0; e < c.moe->num_experts; ++e) {
+      const auto ex = "mlp.experts." + std::to_string(e) + ".";
+      out.push_back({ex + "gate_up_proj", 2 * i, c.hidden_size, true, true});
+      out.push_back({ex + "down_proj", c.hidden_size, i, true, true});
+    }
+  } else {
+    out.push_back({"mlp.gate_proj", c.intermediate_size, c.hidden_size});
+    out.push_back({"mlp.up_proj", c.intermediate_size, c.hidden_size});
+    out.push_back({"mlp.down_proj", c.hidden_size, c.intermediate_size});
+  }
+  return out;
+}
+
+// The element counts of layer `layer`'s trainable LoRA tensors: per adapted linear A [r, in] and
+// B [out, r]; per targeted expert parameter A [r E, in] and B [out, r E] (Note [Expert LoRA
+// layout]).
+std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::LoraConfig& lora, int64_t layer) {
+  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  std::vector<int64_t> sizes;
+  for (const Linear& l : layer_linears(c, layer)) {
+    if (l.present && !l.expert && lora.targets(prefix + l.module)) {
+      sizes.push_back(lora.r * l.in);
+      sizes.push_back(lora.r * l.out);
+    }
+  }
+  if (c.layer_is_sparse(layer)) {
+    const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, re = lora.r * c.moe->num_experts;
+    if (lora.targets_parameter(prefix + "mlp.experts.gate_up_proj")) sizes.insert(sizes.end(), {re * h, 2 * i * re});
+    if (lora.targets_parameter(prefix + "mlp.experts.down_proj")) sizes.insert(sizes.end(), {re * i, h * re});
+  }
+  return sizes;
 }
 
 bool is_4bit(const model::QuantSpec& q) {
@@ -129,15 +169,23 @@ int64_t lora_saved(int64_t adapters, int64_t in, int64_t tokens, const MemorySha
 offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& shape, int64_t layer) {
   const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t H = c.hidden_size;
   const auto attention = c.attention(layer);
   const int64_t kv_heads = attention.num_kv_heads;
   const int64_t qd = c.num_heads * attention.head_dim, kvd = kv_heads * attention.head_dim;
   const auto linears = layer_linears(c, layer);
-  std::array<int64_t, 7> adapted{};
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-  for (size_t j = 0; j < linears.size(); ++j) {
-    adapted[j] = linears[j].present && shape.lora.targets(prefix + linears[j].module) ? 1 : 0;
+  auto targeted = [&](const Linear& l) -> int64_t { return l.present && shape.lora.targets(prefix + l.module); };
+  std::array<int64_t, 7> adapted{};
+  for (size_t j = 0; j < 4; ++j) adapted[j] = targeted(linears[j]);
+  const bool sparse = c.layer_is_sparse(layer);
+  // A sparse layer as a dense MLP K experts wide over its routed rows (see the Note).
+  const int64_t I = sparse ? c.moe->top_k * c.moe->expert_intermediate_size : c.intermediate_size;
+  if (sparse) {
+    adapted[4] = shape.lora.targets_parameter(prefix + "mlp.experts.gate_up_proj") ? 1 : 0;
+    adapted[6] = shape.lora.targets_parameter(prefix + "mlp.experts.down_proj") ? 1 : 0;
+  } else {
+    for (size_t j = 4; j < 7; ++j) adapted[j] = targeted(linears[j]);
   }
 
   const auto& window = c.sliding_window.at(layer);
@@ -157,9 +205,11 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   if (c.arch == model::Architecture::gemma4) saved += N * kvd * 4 + N * kv_heads * 4;  // v norm
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
-  saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
-  saved += lora_saved(adapted[6], I, N, shape);
-  saved += 3 * N * I * s;  // SwiGLU / GeGLU
+  const int64_t routed = sparse ? N * c.moe->top_k : N;  // rows through the MLP
+  saved += lora_saved(adapted[4] + adapted[5], H, routed, shape);
+  saved += lora_saved(adapted[6], sparse ? c.moe->expert_intermediate_size : I, routed, shape);
+  saved += 3 * N * I * s;                                                         // SwiGLU / GeGLU
+  if (sparse) saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
   int64_t attention_transient = 0;
   if (c.attn_logit_softcap) {
     const int64_t scores = B * c.num_heads * T * T;
@@ -174,7 +224,9 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
   const int64_t mlp_transient = N * I * (4 * s + 4);
   int64_t dequantized = 0;
-  for (const Linear& l : linears) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+  for (const Linear& l : linears) {
+    if (!l.expert || shape.quantize_moe_experts) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+  }
   cost.backward_transient = 2 * N * H * s + std::max(mlp_transient, attention_transient) + dequantized;
   return cost;
 }
@@ -183,12 +235,14 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
 std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
                                          int64_t layer,
-                                         const model::QuantSpec& quant,
-                                         at::ScalarType dtype) {
+                                         const model::QuantSpec& layer_quant,
+                                         at::ScalarType dtype,
+                                         bool quantize_moe_experts) {
   std::vector<int64_t> out;
   for (const Linear& l : layer_linears(config, layer)) {
     if (!l.present) continue;
     const int64_t n = l.out * l.in;
+    const model::QuantSpec quant = l.expert && !quantize_moe_experts ? model::QuantSpec{} : layer_quant;
     if (is_4bit(quant)) {
       const int64_t blocks = ceil_div(n, quant.blocksize);
       out.push_back((n + 1) / 2);  // two codes per byte
@@ -233,7 +287,8 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
   if (shape.optimizer_8bit) in.lora_what = "float32, AdamW moments in 8 bits";
-  // The per-layer norms, layer_scalar and biases (all in the compute dtype).
+  // The per-layer norms, layer_scalar, biases and MoE routers ([E, H] per sparse layer, never
+  // quantized or offloaded), all in the compute dtype.
   int64_t layers_resident = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto a = c.attention(i);
@@ -244,6 +299,7 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
     if (c.qkv_bias) layers_resident += qd + (a.k_eq_v ? 1 : 2) * kvd;
     if (c.o_bias) layers_resident += H;
     if (c.mlp_bias) layers_resident += 2 * I + H;
+    if (c.layer_is_sparse(i)) layers_resident += c.moe->num_experts * H;
   }
   // Embeddings, the output head unless tied, the final norm, the layers' resident tensors (all in
   // the compute dtype) and the float32 rope frequencies of each kind of layer.
@@ -252,19 +308,15 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
 
   for (int64_t i = 0; i < c.num_layers; ++i) {
     offload::LayerCost cost = layer_cost(c, shape, i);
-    cost.blob_bytes = offload::blob_bytes(layer_weight_nbytes(c, i, shape.quant, shape.dtype));
+    cost.blob_bytes =
+        offload::blob_bytes(layer_weight_nbytes(c, i, shape.quant, shape.dtype, shape.quantize_moe_experts));
     cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
                         (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
     in.layers.push_back(cost);
     // Weights and gradients in float32; AdamW's two moments in float32, or 8-bit blockwise per
-    // tensor (A [r, in] and B [out, r] each) when the optimizer is 8-bit.
-    const std::string prefix = "model.layers." + std::to_string(i) + ".";
-    for (const Linear& l : layer_linears(c, i)) {
-      if (!l.present || !shape.lora.targets(prefix + l.module)) continue;
-      const int64_t a = shape.lora.r * l.in, b = shape.lora.r * l.out;
-      in.lora_bytes +=
-          (a + b) * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(a) + ops::adam_8bit_moments_nbytes(b)
-                                                  : (a + b) * 4 * 2);
+    // tensor when the optimizer is 8-bit.
+    for (const int64_t n : lora_tensor_sizes(c, shape.lora, i)) {
+      in.lora_bytes += n * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(n) : n * 4 * 2);
     }
   }
 

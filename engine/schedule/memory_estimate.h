@@ -22,6 +22,7 @@ namespace qtrain::engine::schedule {
 // The settings of a run that decide its memory, besides the model.
 struct MemoryShape {
   model::QuantSpec quant;
+  bool quantize_moe_experts = true;  // MoE experts quantized as `quant` (else in `dtype`)
   lora::LoraConfig lora;
   at::ScalarType dtype = at::kBFloat16;  // compute dtype
   // The device the step runs on: it decides which attention kernel runs (and so what it keeps).
@@ -41,16 +42,19 @@ struct MemoryShape {
   bool optimizer_8bit = false;
 };
 
-// The byte sizes of decoder layer `layer`'s base weights as qtrain stores them, in blob order: q,
-// k, v (absent where the layer has none: Gemma 4's k_eq_v), o, gate, up, down, each as its stored
-// tensors: a dense weight [out, in] in `dtype`; 4-bit: packed codes uint8 [(n + 1) / 2], then
-// absmax float32 [blocks], or with double quantization qabsmax uint8 [blocks], absmax2 float32
-// [ceil(blocks / 256)], code float32 [256]; int8: CB int8 [out, in], SCB float32 [out]. Biases are
-// not part of it (they stay resident).
+// The byte sizes of decoder layer `layer`'s base weights as qtrain stores them, in blob order
+// (DecoderLayer::weight_linears): q, k, v (absent where the layer has none: Gemma 4's k_eq_v), o,
+// then gate, up, down, or on a sparse (MoE) layer each expert's gate_up [2I, H] and down [H, I]
+// (quantized only with `quantize_moe_experts`), each as its stored tensors: a dense weight
+// [out, in] in `dtype`; 4-bit: packed codes uint8 [(n + 1) / 2], then absmax float32 [blocks], or
+// with double quantization qabsmax uint8 [blocks], absmax2 float32 [ceil(blocks / 256)], code
+// float32 [256]; int8: CB int8 [out, in], SCB float32 [out]. Biases and MoE routers are not part
+// of it (they stay resident).
 std::vector<int64_t> layer_weight_nbytes(const model::ModelConfig& config,
                                          int64_t layer,
                                          const model::QuantSpec& quant,
-                                         at::ScalarType dtype);
+                                         at::ScalarType dtype,
+                                         bool quantize_moe_experts = true);
 
 // Every part of a step's device memory, for the planner.
 offload::PlanInputs estimate_memory(const model::ModelConfig& config, const MemoryShape& shape);

@@ -19,7 +19,7 @@ OffloadedWeights::OffloadedWeights(model::CausalLM& model,
   at::NoGradGuard no_grad;
   for (const int64_t l : offloaded_) {
     std::vector<at::Tensor> tensors;
-    for (const auto* lin : model_.layers()[l].linears()) {
+    for (const auto* lin : model_.layers()[l].weight_linears()) {
       const auto t = lin->base_tensors();
       tensors.insert(tensors.end(), t.begin(), t.end());
     }
@@ -32,7 +32,7 @@ OffloadedWeights::OffloadedWeights(model::CausalLM& model,
 
 void OffloadedWeights::bind(int64_t layer, const std::vector<at::Tensor>& tensors) {
   size_t next = 0;
-  for (auto* lin : model_.layers()[layer].linears()) {
+  for (auto* lin : model_.layers()[layer].weight_linears()) {
     const size_t count = lin->base_tensors().size();
     TORCH_INTERNAL_ASSERT(next + count <= tensors.size());
     lin->rebind_base_tensors(std::vector<at::Tensor>(tensors.begin() + next, tensors.begin() + next + count));

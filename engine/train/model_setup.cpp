@@ -44,6 +44,7 @@ model::LoadOptions load_options(const config::RunConfig& config) {
   o.device = resolve_device(config.device);
   o.dtype = compute_dtype(config, o.device);
   o.quant = quant_spec(config);
+  o.quantize_moe_experts = config.quantize_moe_experts;
   return o;
 }
 
@@ -55,6 +56,7 @@ lora::LoraConfig lora_config(const config::RunConfig& config) {
   c.target_modules = config.lora_target_modules;
   c.target_all_linear = config.lora_target_linear;
   c.use_rslora = config.peft_use_rslora;
+  c.target_parameters = config.lora_target_parameters;
   return c;
 }
 

@@ -105,6 +105,7 @@ model::ModelConfig read_model_config(const std::filesystem::path& base_model) {
 schedule::MemoryShape memory_shape(const config::RunConfig& c) {
   schedule::MemoryShape s;
   s.quant = quant_spec(c);
+  s.quantize_moe_experts = c.quantize_moe_experts;
   s.lora = lora_config(c);
   s.dtype = compute_dtype(c, at::Device(at::kCUDA, 0));
   s.device = c10::DeviceType::CUDA;

@@ -118,6 +118,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
     lora = loaded.config;
     lora.dropout = c.lora_dropout;  // the run decides its regularisation; the adapter its shape
+    lora.validate(c.lora_model_dir.string() + " with this run's lora_dropout");  // expert LoRA takes none
     model::attach_lora(lm, loaded, c.lora_model_dir.string());
     for (auto& layer : lm.layers()) {
       for (auto* l : layer.linears()) {
@@ -212,18 +213,16 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
                 "adapter with lora_model_dir: ",
                 resume.string());
     at::NoGradGuard no_grad;
-    for (auto& layer : lm.layers()) {
-      for (auto* l : layer.linears()) {
-        if (!l->lora) continue;
-        const auto it = ck.adapters.find(l->name);
-        TORCH_CHECK(it != ck.adapters.end(),
-                    resume.string(),
-                    ": the checkpoint has no adapter for ",
-                    l->name,
-                    "; it belongs to a run with other lora_target_modules");
-        l->lora->a.copy_(it->second.a);
-        l->lora->b.copy_(it->second.b);
-      }
+    for (const auto& [module, adapter] : model::lora_adapters(lm)) {
+      const auto it = ck.adapters.find(module);
+      TORCH_CHECK(it != ck.adapters.end() && it->second.a.sizes() == adapter.a.sizes() &&
+                      it->second.b.sizes() == adapter.b.sizes(),
+                  resume.string(),
+                  ": the checkpoint has no adapter of this shape for ",
+                  module,
+                  "; it belongs to a run with other lora_target_modules, lora_target_parameters or lora_r");
+      adapter.a.copy_(it->second.a);
+      adapter.b.copy_(it->second.b);
     }
     load_optimizer_state(ck, resume, *optimizer);
     state = ck.state;

@@ -191,6 +191,35 @@ TEST_F(Commands, TheDemoConfigTrainsAndItsLossFalls) {
   EXPECT_NE(r.out.find("step 30/30 | epoch"), std::string::npos) << r.out;
 }
 
+// A tiny Qwen3-MoE (init-model's 8 experts, top-2, on every layer) trains from the demo config
+// with NF4 experts, LoRA on attention and on both expert parameters, and checkpointing; its loss
+// falls and the adapter it writes carries PEFT's expert keys.
+TEST_F(Commands, AMoeModelTrainsWithExpertLoraAndItsLossFalls) {
+  const auto model = dir_ / "demo-qwen3-moe";
+  ASSERT_EQ(run(qtrain() + " init-model --arch qwen3_moe --preset demo --seed 0 --out " + model.string()).status, 0);
+  const auto out = dir_ / "moe-out";
+  const auto r = run(qtrain() + " train " + (fs::path(QTRAIN_SOURCE_DIR) / "configs/demo.yaml").string() +
+                     " --set base_model=" + model.string() + " --set output_dir=" + out.string() +
+                     " --set max_steps=12 --set logging_steps=4 --set warmup_steps=2 --set val_set_size=0" +
+                     " --set eval_steps=0 --set save_steps=0 --set sequence_len=64 --set micro_batch_size=2" +
+                     " --set gradient_accumulation_steps=1 --set lora_dropout=0" +
+                     " --set lora_target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]");
+  ASSERT_EQ(r.status, 0) << r.out;
+  std::vector<double> losses;
+  std::ifstream in(out / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j.at("loss").get<double>());
+  }
+  ASSERT_EQ(losses.size(), 3u) << r.out;
+  EXPECT_LT(losses.back(), losses.front() - 0.3) << r.out;
+  const auto adapter = engine::io::SafetensorsFile::open(out / "adapter_model.safetensors");
+  // lora_A of gate_up over 8 experts at r = 16: [16 * 8, hidden 256].
+  const auto a = adapter.tensor("base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight");
+  EXPECT_EQ(a.sizes(), (at::IntArrayRef{128, 256}));
+  EXPECT_TRUE(adapter.contains("base_model.model.model.layers.3.mlp.experts.lora_B.weight"));
+}
+
 // A chat_template dataset through a tokenizer.json end to end: a tiny random Llama whose
 // vocabulary covers the Qwen3 stand-in tokenizer (with a ChatML template) trains, its loss falls,
 // and `qtrain preprocess` writes the samples scripts/reference/chat_data_reference.py makes with

@@ -3,7 +3,8 @@
 // spellings, scripts/reference/gemma4_reference.py): layer kinds, window, head_dim, scalars and
 // the rope frequencies of each layer kind; and tiny multimodal Gemma 3 and 4 folders, whose
 // decoder qtrain reads from under its language_model prefix, against transformers' text-only
-// logits and loss.
+// logits and loss. MoE configs: which layers are sparse, the key transformers 5 writes
+// num_experts as, and the refused keys.
 #include "engine/model/model_config.h"
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "tests/expect_error.h"
 #include "tests/reference.h"
 
 namespace qtrain::engine::model {
@@ -213,6 +215,53 @@ TEST(GemmaMultimodal, TheLanguageModelOfAGemma4ForConditionalGenerationMatchesTr
     EXPECT_LT(max_rel(adapter.a.grad(), ref.tensor("fp32.lora.grad." + module + ".lora_A")), 1e-4) << module;
     EXPECT_LT(max_rel(adapter.b.grad(), ref.tensor("fp32.lora.grad." + module + ".lora_B")), 1e-4) << module;
   }
+}
+
+nlohmann::json qwen3_moe_json() {
+  return {{"model_type", "qwen3_moe"},
+          {"vocab_size", 32},
+          {"hidden_size", 16},
+          {"intermediate_size", 24},
+          {"moe_intermediate_size", 8},
+          {"num_hidden_layers", 6},
+          {"num_attention_heads", 2},
+          {"num_local_experts", 4},  // how transformers 5.23 writes num_experts
+          {"num_experts_per_tok", 2},
+          {"decoder_sparse_step", 2},
+          {"mlp_only_layers", {3}}};
+}
+
+TEST(MoeConfig, SparseLayersFollowDecoderSparseStepAndMlpOnlyLayers) {
+  const auto c = ModelConfig::from_json(qwen3_moe_json(), "qwen3_moe");
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->num_experts, 4);
+  EXPECT_EQ(c.moe->sparse, (std::vector<bool>{false, true, false, false, false, true}));
+  EXPECT_FALSE(c.moe->norm_topk_prob);
+  EXPECT_FALSE(c.moe->fp32_routing_weights);
+  EXPECT_TRUE(c.qk_norm);
+  // Written back and read again, the same layers are sparse.
+  auto written = c;
+  written.raw = nlohmann::json();
+  EXPECT_EQ(ModelConfig::from_json(written.to_json(), "written").moe->sparse, c.moe->sparse);
+}
+
+TEST(MoeConfig, UnsupportedKeysAreRefusedByName) {
+  auto shared = qwen3_moe_json();
+  shared["shared_expert_intermediate_size"] = 16;
+  test::expect_error([&] { ModelConfig::from_json(shared, "q.json"); }, "shared_expert_intermediate_size is set");
+  auto too_many = qwen3_moe_json();
+  too_many["num_experts_per_tok"] = 5;
+  test::expect_error([&] { ModelConfig::from_json(too_many, "q.json"); }, "num_experts_per_tok is 5");
+  const nlohmann::json mixtral = {{"model_type", "mixtral"},
+                                  {"vocab_size", 32},
+                                  {"hidden_size", 16},
+                                  {"intermediate_size", 24},
+                                  {"num_hidden_layers", 2},
+                                  {"num_attention_heads", 2},
+                                  {"num_local_experts", 4},
+                                  {"num_experts_per_tok", 2},
+                                  {"router_jitter_noise", 0.1}};
+  test::expect_error([&] { ModelConfig::from_json(mixtral, "m.json"); }, "router_jitter_noise is 0.1");
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ using model::QuantSpec;
 // The byte sizes of a loaded layer's base weight tensors, in blob order (see memory_estimate.h).
 std::vector<int64_t> stored_nbytes(const model::DecoderLayer& layer) {
   std::vector<int64_t> out;
-  for (const auto* l : layer.linears()) {
+  for (const auto* l : layer.weight_linears()) {
     if (const auto* dense = std::get_if<at::Tensor>(&l->weight)) {
       out.push_back(dense->nbytes());
     } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&l->weight)) {
@@ -56,6 +56,7 @@ int64_t resident_nbytes(const model::CausalLM& lm) {
     if (layer.pre_ff_norm) bytes += layer.pre_ff_norm->nbytes() + layer.post_ff_norm->nbytes();
     if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
     if (layer.layer_scalar.defined()) bytes += layer.layer_scalar.nbytes();
+    if (layer.moe) bytes += layer.moe->router.nbytes();
     for (const auto* l : layer.linears()) {
       if (l->bias) bytes += l->bias->nbytes();
     }
@@ -70,6 +71,15 @@ model::ModelConfig odd_qwen2() {
   auto c = model::preset_config(model::Architecture::qwen2, "tiny");
   c.hidden_size = 63;
   c.intermediate_size = 301;
+  return c;
+}
+
+// Qwen3-MoE with layer 1 dense (mlp_only_layers) between two sparse layers.
+model::ModelConfig mixed_qwen3_moe() {
+  auto c = model::preset_config(model::Architecture::qwen3_moe, "tiny");
+  c.num_layers = 3;
+  c.sliding_window.assign(3, std::nullopt);
+  c.moe->sparse = {true, false, true};
   return c;
 }
 
@@ -104,7 +114,10 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
         std::pair{"gemma2 tiny", model::preset_config(model::Architecture::gemma2, "tiny")},
         std::pair{"gemma3 tiny", model::preset_config(model::Architecture::gemma3, "tiny")},
         std::pair{"gemma4 tiny", model::preset_config(model::Architecture::gemma4, "tiny")},
-        std::pair{"odd qwen2", odd_qwen2()}}) {
+        std::pair{"odd qwen2", odd_qwen2()},
+        std::pair{"qwen3_moe tiny", mixed_qwen3_moe()},
+        std::pair{"mixtral tiny, experts unquantized", model::preset_config(model::Architecture::mixtral, "tiny")}}) {
+    const bool quantize_experts = std::string(name).find("unquantized") == std::string::npos;
     const auto folder_dir = dir / name;
     model::write_random_model(folder_dir, config, 3);
     const auto folder = io::HfFolder::open(folder_dir);
@@ -113,19 +126,22 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       model::LoadOptions options;
       options.quant = v.quant;
       options.dtype = v.dtype;
+      options.quantize_moe_experts = quantize_experts;
       auto lm = model::CausalLM::load(folder, options);
       lora::LoraConfig lora;
       lora.r = 5;
       lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
+      lora.target_parameters = {"mlp.experts.gate_up_proj", "layers.2.mlp.experts.down_proj"};
       model::attach_new_lora(lm, lora, 1);
       MemoryShape shape;
       shape.quant = v.quant;
       shape.lora = lora;
       shape.dtype = v.dtype;
+      shape.quantize_moe_experts = quantize_experts;
       const auto in = estimate_memory(config, shape);
       ASSERT_EQ(in.layers.size(), lm.layers().size());
       for (const auto& layer : lm.layers()) {
-        const auto expected = layer_weight_nbytes(config, layer.index, v.quant, v.dtype);
+        const auto expected = layer_weight_nbytes(config, layer.index, v.quant, v.dtype, quantize_experts);
         const auto real = stored_nbytes(layer);
         EXPECT_EQ(expected, real) << "layer " << layer.index;
         EXPECT_EQ(in.layers[layer.index].blob_bytes, offload::blob_bytes(real)) << "layer " << layer.index;

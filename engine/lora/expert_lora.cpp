@@ -1,0 +1,68 @@
+// See expert_lora.h and Note [Expert LoRA layout] there.
+#include "engine/lora/expert_lora.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace qtrain::engine::lora {
+
+LoraAdapter ExpertLora::expert(int64_t e) const {
+  TORCH_CHECK(e >= 0 && e < num_experts, "expert ", e, " is outside 0..", num_experts - 1);
+  const int64_t r = rank();
+  LoraAdapter a = stacked;
+  a.a = stacked.a.narrow(0, e * r, r);
+  a.b = stacked.b.slice(/*dim=*/1, /*start=*/e, /*end=*/stacked.b.size(1), /*step=*/num_experts);
+  return a;
+}
+
+ExpertLora expert_lora_init(int64_t num_experts,
+                            int64_t in_features,
+                            int64_t out_features,
+                            const LoraConfig& config,
+                            at::Generator gen,
+                            at::Device device) {
+  TORCH_CHECK(num_experts > 0, "expert_lora_init: num_experts must be positive, got ", num_experts);
+  LoraConfig stacked = config;
+  stacked.r = config.r * num_experts;
+  // lora_init draws A [r*E, in] with the kaiming bound of `in`, as PEFT's reset on the whole A.
+  LoraAdapter a = lora_init(in_features, out_features, stacked, gen, device);
+  a.scaling = config.scaling();
+  a.dropout = 0.0;
+  return ExpertLora{std::move(a), num_experts};
+}
+
+void check_expert_lora(const LoraAdapter& stacked,
+                       int64_t num_experts,
+                       int64_t r,
+                       int64_t in_features,
+                       int64_t out_features,
+                       const std::string& where) {
+  TORCH_CHECK(stacked.a.dim() == 2 && stacked.b.dim() == 2 && stacked.a.size(0) == r * num_experts &&
+                  stacked.a.size(1) == in_features && stacked.b.size(0) == out_features &&
+                  stacked.b.size(1) == r * num_experts,
+              where,
+              ": expert LoRA A is ",
+              stacked.a.sizes(),
+              " and B ",
+              stacked.b.sizes(),
+              "; for ",
+              num_experts,
+              " experts of [",
+              out_features,
+              ", ",
+              in_features,
+              "] at r = ",
+              r,
+              " PEFT's layout is A [",
+              r * num_experts,
+              ", ",
+              in_features,
+              "] and B [",
+              out_features,
+              ", ",
+              r * num_experts,
+              "]");
+}
+
+}  // namespace qtrain::engine::lora

@@ -1,0 +1,18 @@
+// See moe_block.h.
+#include "engine/model/moe_block.h"
+
+#include <ATen/ATen.h>
+
+namespace qtrain::engine::model {
+
+at::Tensor MoeBlock::forward(const at::Tensor& x,
+                             const MoeConfig& config,
+                             bool training,
+                             std::vector<at::Tensor>* router_logits) const {
+  const auto flat = x.reshape({-1, x.size(-1)});
+  const auto routing = route_top_k(flat, router, config.top_k, config.norm_topk_prob, config.fp32_routing_weights);
+  if (router_logits != nullptr) router_logits->push_back(routing.logits);
+  return experts.forward(flat, routing, training).view(x.sizes());
+}
+
+}  // namespace qtrain::engine::model

@@ -1,0 +1,187 @@
+"""Reference outputs of transformers + peft (CPU, float32) for qtrain's mixture-of-experts parity
+tests: tiny Qwen3-MoE and Mixtral models with awkward shapes.
+
+Cases (under --out/<case>/):
+  qwen3_moe     8 experts, top-2, norm_topk_prob false, layer 1 dense (mlp_only_layers), a dense
+                intermediate_size unlike moe_intermediate_size; saved with per-expert keys
+                (transformers' default save_original_format=True)
+  qwen3_moe_fused  8 experts, top-3, norm_topk_prob true, decoder_sparse_step 2 (layers 0 and 2
+                dense); saved with the fused 3-D keys (save_original_format=False)
+  mixtral       8 experts, top-3 (always renormalised, fp32 weights), block_sparse_moe.* keys,
+                a sliding window shorter than the sequence
+Each holds:
+  base/               the tiny random model (save_pretrained, float32)
+  adapter_attn/       a PEFT adapter on the attention projections only, random A and B
+  adapter/            a PEFT adapter on the attention projections and, through target_parameters,
+                      on mlp.experts.gate_up_proj and mlp.experts.down_proj, random A and B
+  reference.safetensors:
+    ids [2, 24], labels      every expert of every sparse layer is touched by these
+    short_ids [1, 2]         a sequence that touches at most 2 * top_k experts per layer
+    base.logits, base.loss, base.topk.<layer> (int64 [tokens, top_k], sorted as torch.topk),
+    short.logits, short.topk.<layer>, base.aux_loss (load_balancing_loss_func over the sparse
+    layers), base.loss_with_aux (the loss with output_router_logits=True)
+    attn.logits, attn.loss, attn.grad.<module>.lora_A|lora_B    with adapter_attn (train mode)
+    lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
+    gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
+                      experts' gate_up_proj alone (one ParamWrapper, saved as "...mlp.experts")
+and for qwen3_moe only, per-expert quantization (transformers leaves 3-D experts unquantized, so
+it is no oracle there): for each sparse layer L and expert e, bitsandbytes quantizing that
+expert's slice alone, gate_up [2I, H] (gate rows, then up) and down [H, I]:
+    q.<L>.<e>.<gate_up|down>.<nf4|fp4>.*   packed, qabsmax, absmax2, offset (double quant, blocks of 64)
+    q.<L>.<e>.<gate_up|down>.int8.cb|scb   Int8Params' CB and SCB (the weight rounded to fp16 first)
+    nf4.logits, nf4.loss   transformers with load_in_4bit (NF4, double quant) and each expert's
+                           weights replaced by its dequantized per-slice NF4 bytes
+
+    python scripts/reference/moe_reference.py --out build/fixtures/moe
+"""
+
+import argparse
+import os
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+import torch
+from bnb_oracle import F, quant_state_tensors  # bitsandbytes, the same on every CPU
+from peft import LoraConfig, PeftModel, get_peft_model
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, MixtralConfig, Qwen3MoeConfig
+
+ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
+EXPERTS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+COMMON = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, vocab_size=160,
+              max_position_embeddings=256, initializer_range=0.08, rms_norm_eps=1e-6, num_experts_per_tok=2)
+CASES = {
+    "qwen3_moe": lambda: Qwen3MoeConfig(**COMMON, head_dim=24, intermediate_size=96, moe_intermediate_size=32,
+                                        num_experts=8, norm_topk_prob=False, mlp_only_layers=[1]),
+    "qwen3_moe_fused": lambda: Qwen3MoeConfig(**{**COMMON, "num_experts_per_tok": 3}, intermediate_size=80,
+                                              moe_intermediate_size=40, num_experts=8, norm_topk_prob=True,
+                                              decoder_sparse_step=2, tie_word_embeddings=True),
+    "mixtral": lambda: MixtralConfig(**{**COMMON, "num_experts_per_tok": 3}, intermediate_size=48,
+                                     num_local_experts=8, sliding_window=8),
+}
+
+
+def sparse_layers(model):
+    return [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+
+
+def run(model, ids, labels, prefix, train, out):
+    model.train(train)
+    res = model(input_ids=ids, labels=labels, output_router_logits=True)
+    out[prefix + "logits"] = res.logits.detach()
+    if labels is not None:
+        # With output_router_logits the loss includes the aux loss; the plain CE is recomputed.
+        ce = torch.nn.functional.cross_entropy(res.logits[:, :-1].reshape(-1, res.logits.size(-1)).float(),
+                                               labels[:, 1:].reshape(-1), ignore_index=-100)
+        out[prefix + "loss"] = ce.detach().reshape(1)
+        if train:
+            ce.backward()
+            for name, p in model.named_parameters():
+                if p.requires_grad and p.grad is not None and "lora_" in name:
+                    module = name.split("base_model.model.")[1].replace(".default.weight", "")
+                    out[prefix + "grad." + module] = p.grad.detach().clone()
+    return res
+
+
+def make_case(name, root):
+    torch.manual_seed(list(CASES).index(name) + 21)
+    cfg = CASES[name]()
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():  # norms at 1 hide a mixed-up norm: make them matter
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                p.normal_(1.0, 0.2)
+            if "mlp.gate.weight" in pname:  # a decisive router, as a trained one is
+                p.normal_(0, 0.5)
+    base_dir = os.path.join(root, "base")
+    model.save_pretrained(base_dir, save_original_format=not name.endswith("_fused"))
+
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=gen)
+    labels = ids.clone()
+    labels[0, :5] = -100
+    labels[1, -3:] = -100
+    short_ids = torch.randint(0, cfg.vocab_size, (1, 2), generator=gen)
+    out = {"ids": ids, "labels": labels, "short_ids": short_ids}
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
+    k = cfg.num_experts_per_tok
+    with torch.no_grad():
+        res = run(base, ids, labels, "base.", False, out)
+        layers = sparse_layers(base)
+        for i, logits in zip(layers, res.router_logits):
+            topk = torch.topk(torch.softmax(logits.float(), -1), k, -1).indices
+            out[f"base.topk.{i}"] = topk
+            n = getattr(base.config, "num_experts", None) or base.config.num_local_experts
+            assert topk.unique().numel() == n, f"{name} layer {i}: not every expert is touched"
+        out["base.aux_loss"] = res.aux_loss.reshape(1)
+        res_aux = base(input_ids=ids, labels=labels, output_router_logits=True)
+        coef = base.config.router_aux_loss_coef
+        out["base.loss_with_aux"] = res_aux.loss.reshape(1)
+        out["base.aux_coef"] = torch.tensor([coef], dtype=torch.float64)
+        short = base(input_ids=short_ids, output_router_logits=True)
+        out["short.logits"] = short.logits
+        for i, logits in zip(layers, short.router_logits):
+            out[f"short.topk.{i}"] = torch.topk(torch.softmax(logits.float(), -1), k, -1).indices
+
+    adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": EXPERTS})]
+    if name == "qwen3_moe":
+        adapters.append(("adapter_gate_up", "gate_up.", {"target_parameters": EXPERTS[:1]}))
+    for adapter, prefix, targets in adapters:
+        torch.manual_seed(5)
+        model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=ATTN,
+                                                      **targets))
+        with torch.no_grad():
+            for pname, p in peft_model.named_parameters():
+                if "lora_B" in pname:
+                    p.normal_(0, 0.05)
+        peft_model.save_pretrained(os.path.join(root, adapter))
+        loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+                                           os.path.join(root, adapter), is_trainable=True)
+        run(loaded, ids, labels, prefix, True, out)
+    if name == "qwen3_moe":
+        quantized_experts(base_dir, ids, labels, out)
+    save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(root, "reference.safetensors"))
+
+
+def quantized_experts(base_dir, ids, labels, out):
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    nf4 = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map="cpu",
+                                               quantization_config=BitsAndBytesConfig(
+                                                   load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                   bnb_4bit_use_double_quant=True,
+                                                   bnb_4bit_compute_dtype=torch.float32)).eval()
+    for i in sparse_layers(base):
+        experts, into = base.model.layers[i].mlp.experts, nf4.model.layers[i].mlp.experts
+        for e in range(experts.gate_up_proj.shape[0]):
+            for part in ("gate_up", "down"):
+                w = getattr(experts, part + "_proj")[e].detach().contiguous()
+                p = f"q.{i}.{e}.{part}."
+                for qt in ("nf4", "fp4"):
+                    packed, qs = F.quantize_4bit(w, blocksize=64, quant_type=qt, compress_statistics=True)
+                    out[p + qt + ".packed"] = packed
+                    out.update(quant_state_tensors(p + qt + ".", qs))
+                    if qt == "nf4":
+                        with torch.no_grad():
+                            getattr(into, part + "_proj")[e].copy_(F.dequantize_4bit(packed, qs))
+                cb, scb, _ = F.int8_vectorwise_quant(w.half())
+                out[p + "int8.cb"], out[p + "int8.scb"] = cb, scb
+    with torch.no_grad():
+        res = nf4(input_ids=ids, labels=labels)
+    out["nf4.logits"], out["nf4.loss"] = res.logits, res.loss.reshape(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    for name in CASES:
+        make_case(name, os.path.join(args.out, name))
+        print(f"wrote {args.out}/{name}", flush=True)
+    open(os.path.join(args.out, "done"), "w").close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+// Parity with transformers (+ peft) on tiny Qwen3-MoE and Mixtral models (float32, CPU): logits,
+// loss and the experts each token is routed to; with PEFT adapters (attention only, and attention
+// plus expert LoRA through target_parameters) also logits, loss and every LoRA gradient.
+// References: scripts/reference/moe_reference.py.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "engine/io/peft_adapter.h"
+#include "engine/model/causal_lm.h"
+#include "engine/model/lora_attach.h"
+#include "engine/schedule/layer_scheduler.h"
+#include "tests/reference.h"
+
+namespace qtrain::engine {
+namespace {
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+// The router logits of every sparse layer for `ids`, running the layers in eval mode.
+std::vector<at::Tensor> router_logits(const model::CausalLM& lm, const at::Tensor& ids) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> logits;
+  auto inputs = lm.layer_inputs(ids.size(1));
+  inputs.router_logits = &logits;
+  auto h = lm.embed(ids);
+  for (const auto& layer : lm.layers()) h = layer.forward(h, inputs, lm.config(), false);
+  return logits;
+}
+
+// Tolerances, float32 throughout. Both sides run the same float32 ops on the same weights and
+// differ by summation order in matmuls and attention (~1e-6 relative). Expert LoRA: PEFT merges
+// delta W into each expert's weight, qtrain adds B_e (A_e x) unmerged, a reassociation at the
+// same rounding level. Gradients pass backward through three layers, routing weights and softmax:
+// 1e-4 of the largest gradient (the tolerance of the dense parity tests).
+constexpr double kLogitsTol = 2e-5, kLossTol = 2e-6, kGradTol = 1e-4;
+
+class MoeParity : public testing::TestWithParam<std::string> {};
+
+TEST_P(MoeParity, LogitsLossAndExpertChoicesMatchTransformers) {
+  const auto dir = test::moe_fixture(GetParam());
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  ASSERT_TRUE(lm.config().moe);
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_eval();
+  for (const std::string run : {"base", "short"}) {
+    const auto ids = ref.tensor(run == "base" ? "ids" : "short_ids");
+    EXPECT_LT(max_rel(lm.logits(scheduler.eval_hidden(plan, ids)), ref.tensor(run + ".logits")), kLogitsTol) << run;
+    const auto logits = router_logits(lm, ids);
+    int64_t sparse = 0;
+    for (const auto& layer : lm.layers()) {
+      EXPECT_EQ(layer.moe.has_value(), lm.config().layer_is_sparse(layer.index));
+      if (!layer.moe) continue;
+      const auto expected = ref.tensor(run + ".topk." + std::to_string(layer.index));
+      const auto chosen =
+          std::get<1>(at::topk(at::softmax(logits.at(sparse++), -1, at::kFloat), lm.config().moe->top_k));
+      EXPECT_TRUE(at::equal(chosen, expected)) << run << " layer " << layer.index;
+      // The short sequence leaves experts untouched; the long one touches all (the fixture asserts it).
+      const auto touched = at::bincount(chosen.reshape(-1), {}, 8).gt(0).sum().item<int64_t>();
+      EXPECT_EQ(touched < 8, run == "short") << run << " layer " << layer.index;
+    }
+    EXPECT_EQ(sparse, static_cast<int64_t>(logits.size()));
+  }
+  const auto [sum, tokens] = scheduler.eval_loss(plan, ref.tensor("ids"), ref.tensor("labels"));
+  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("base.loss").item<double>(), kLossTol);
+}
+
+// Gradients of LoRA on the attention of every layer reach the earlier layers through the
+// frozen routers and routing weights of the later ones.
+void check_adapter(const std::string& name, const std::string& adapter, const std::string& prefix, int64_t tensors) {
+  const auto dir = test::moe_fixture(name);
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  model::attach_lora(lm, io::load_peft_adapter(dir / adapter), (dir / adapter).string());
+  schedule::LayerScheduler scheduler(lm);
+  const auto ids = ref.tensor("ids");
+  {
+    const auto eval = scheduler.prepare_eval();
+    EXPECT_LT(max_rel(lm.logits(scheduler.eval_hidden(eval, ids)), ref.tensor(prefix + "logits")), kLogitsTol);
+  }
+  const auto plan = scheduler.prepare_training(schedule::CheckpointPolicy::none);
+  const auto [sum, count] = scheduler.train_forward(plan, ids, ref.tensor("labels"));
+  const auto loss = sum / count;
+  EXPECT_NEAR(loss.item<double>(), ref.tensor(prefix + "loss").item<double>(), kLossTol);
+  loss.backward();
+  int64_t compared = 0;
+  for (const auto& [module, a] : model::lora_adapters(lm)) {
+    for (auto [suffix, tensor] : {std::pair{".lora_A", a.a}, std::pair{".lora_B", a.b}}) {
+      const auto expected = ref.tensor(prefix + "grad." + module + suffix);
+      ASSERT_TRUE(tensor.grad().defined()) << module << suffix;
+      EXPECT_LT(max_rel(tensor.grad(), expected), kGradTol) << name << " " << module << suffix;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, tensors);
+}
+
+TEST_P(MoeParity, AttentionLoraGradientsFlowThroughTheRouter) {
+  check_adapter(GetParam(), "adapter_attn", "attn.", 3 * 4 * 2);
+}
+
+// Expert LoRA in PEFT's target_parameters layout: gate_up_proj's adapter nested as
+// experts.base_layer, down_proj's as experts, B's columns expert-minor.
+TEST_P(MoeParity, ExpertLoraLogitsLossAndGradientsMatchPeft) {
+  const auto config =
+      model::ModelConfig::from_json(io::HfFolder::open(test::moe_fixture(GetParam()) / "base").config(), GetParam());
+  int64_t sparse = 0;
+  for (int64_t i = 0; i < config.num_layers; ++i) sparse += config.layer_is_sparse(i);
+  check_adapter(GetParam(), "adapter", "lora.", 3 * 4 * 2 + sparse * 2 * 2);
+}
+
+// Only gate_up_proj targeted: one ParamWrapper, saved as "...mlp.experts" (no base_layer).
+TEST(MoeExpertLora, GateUpAloneLoadsUnderPeftsSingleWrapperName) {
+  check_adapter("qwen3_moe", "adapter_gate_up", "gate_up.", 3 * 4 * 2 + 2 * 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families,
+                         MoeParity,
+                         testing::Values("qwen3_moe", "qwen3_moe_fused", "mixtral"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// An adapter qtrain writes with LoRA on both experts' parameters (nested wrappers) loads in PEFT
+// and means the same there, and qtrain reads it back.
+TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
+  const char* python = std::getenv("QTRAIN_PYTHON");
+  if (python == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto dir = test::moe_fixture("qwen3_moe");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  lora::LoraConfig config;
+  config.r = 3;
+  config.alpha = 5;
+  config.target_modules = {"q_proj"};
+  config.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  // q_proj on 3 layers, and both parameters on the 2 sparse layers.
+  EXPECT_EQ(model::attach_new_lora(lm, config, 3), 3 + 2 * 2);
+  {
+    at::NoGradGuard no_grad;
+    at::manual_seed(4);
+    for (auto& [name, a] : model::lora_adapters(lm)) a.b.normal_(0, 0.1);
+  }
+  const auto tmp = std::filesystem::temp_directory_path() / ("qtrain_moe_adapter_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  io::save_peft_adapter(tmp / "adapter", config, model::lora_adapters(lm), (dir / "base").string());
+  io::safetensors_save(tmp / "ids.safetensors", {{"ids", ref.tensor("ids")}});
+  const auto cmd = std::string(python) + " " +
+                   (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() + " " +
+                   (dir / "base").string() + " " + (tmp / "adapter").string() + " " +
+                   (tmp / "ids.safetensors").string() + " " + (tmp / "peft.safetensors").string() + " 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  schedule::LayerScheduler scheduler(lm);
+  const auto logits = lm.logits(scheduler.eval_hidden(scheduler.prepare_eval(), ref.tensor("ids")));
+  const auto peft_logits = io::SafetensorsFile::open(tmp / "peft.safetensors").tensor("logits");
+  EXPECT_GT(max_rel(logits, ref.tensor("base.logits")), 1e-3);
+  EXPECT_LT(max_rel(logits, peft_logits), kLogitsTol);
+  // And qtrain reads it back to the same model.
+  auto again = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  model::attach_lora(again, io::load_peft_adapter(tmp / "adapter"), (tmp / "adapter").string());
+  schedule::LayerScheduler again_scheduler(again);
+  EXPECT_TRUE(
+      at::equal(again.logits(again_scheduler.eval_hidden(again_scheduler.prepare_eval(), ref.tensor("ids"))), logits));
+  std::filesystem::remove_all(tmp);
+}
+
+}  // namespace
+}  // namespace qtrain::engine
