@@ -66,7 +66,11 @@ std::vector<const LinearLayer*> DecoderLayer::linears() const {
   std::vector<const LinearLayer*> out = {&q, &k};
   if (v) out.push_back(&*v);
   out.push_back(&o);
-  if (!moe) out.insert(out.end(), {&gate, &up, &down});
+  if (!moe) {
+    out.push_back(&gate);
+    out.push_back(&up);
+    out.push_back(&down);
+  }
   return out;
 }
 
@@ -74,7 +78,11 @@ std::vector<LinearLayer*> DecoderLayer::linears() {
   std::vector<LinearLayer*> out = {&q, &k};
   if (v) out.push_back(&*v);
   out.push_back(&o);
-  if (!moe) out.insert(out.end(), {&gate, &up, &down});
+  if (!moe) {
+    out.push_back(&gate);
+    out.push_back(&up);
+    out.push_back(&down);
+  }
   return out;
 }
 
