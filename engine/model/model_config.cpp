@@ -27,6 +27,34 @@ T optional_or(const nlohmann::json& j, const char* key, T fallback) {
   return j.contains(key) && !j.at(key).is_null() ? j.at(key).get<T>() : fallback;
 }
 
+// The shape keys are counts: transformers fails on a fraction (range(1.9) raises), and reading one
+// as an integer would silently drop its fraction (num_hidden_layers: 1.9 would train one layer).
+void check_integer_keys(const nlohmann::json& j, const std::string& source) {
+  for (const char* key : {"vocab_size",
+                          "hidden_size",
+                          "intermediate_size",
+                          "num_hidden_layers",
+                          "num_attention_heads",
+                          "num_key_value_heads",
+                          "head_dim",
+                          "max_position_embeddings",
+                          "sliding_window",
+                          "num_experts",
+                          "num_local_experts",
+                          "num_experts_per_tok",
+                          "moe_intermediate_size",
+                          "decoder_sparse_step"}) {
+    if (!j.contains(key) || j.at(key).is_null()) continue;
+    const auto& v = j.at(key);
+    TORCH_CHECK(v.is_number_integer(),
+                source,
+                ": '",
+                key,
+                "' must be a whole number, got ",
+                v.is_number() ? v.dump() : std::string("a ") + v.type_name());
+  }
+}
+
 // One rope dict ({rope_type | type, rope_theta, factor, ...}); `theta` where it has none.
 RopeParams read_rope_params(const nlohmann::json& params,
                             const nlohmann::json& j,
@@ -34,6 +62,10 @@ RopeParams read_rope_params(const nlohmann::json& params,
                             const std::string& source) {
   RopeParams r;
   r.theta = optional_or<double>(params, "rope_theta", theta);
+  TORCH_CHECK(std::isfinite(r.theta) && r.theta > 0,
+              source,
+              ": rope_theta must be positive (1e4 to 1e6 in released models), got ",
+              r.theta);
   std::string type = optional_or<std::string>(params, "rope_type", optional_or<std::string>(params, "type", "default"));
   r.scaling.type = type;
   r.scaling.factor = optional_or<double>(params, "factor", 1.0);
@@ -475,6 +507,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     completed.update(file);
   }
   const nlohmann::json& j = c.gemma ? completed : file;
+  check_integer_keys(j, source);
   c.vocab_size = required<int64_t>(j, "vocab_size", source);
   c.hidden_size = required<int64_t>(j, "hidden_size", source);
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
@@ -498,15 +531,30 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     const auto act = optional_or<std::string>(j, "hidden_act", "silu");
     TORCH_CHECK(act == "silu", source, ": hidden_act '", act, "' is not supported for ", type, "; expected silu");
   }
-  for (auto [name, v] : {std::pair{"vocab_size", c.vocab_size},
-                         {"hidden_size", c.hidden_size},
-                         {"intermediate_size", c.intermediate_size},
-                         {"num_hidden_layers", c.num_layers},
-                         {"num_attention_heads", c.num_heads},
-                         {"num_key_value_heads", c.num_kv_heads},
-                         {"head_dim", c.head_dim}}) {
+  // Sizes far beyond any released model (the largest vocabularies are ~2^18, hidden sizes ~2^14,
+  // layer counts ~2^7) are damage, and would otherwise die in an allocation of exabytes.
+  for (auto [name, v, most] : {std::tuple{"vocab_size", c.vocab_size, int64_t{1} << 22},
+                               {"hidden_size", c.hidden_size, int64_t{1} << 20},
+                               {"intermediate_size", c.intermediate_size, int64_t{1} << 22},
+                               {"num_hidden_layers", c.num_layers, int64_t{1} << 14},
+                               {"num_attention_heads", c.num_heads, int64_t{1} << 14},
+                               {"num_key_value_heads", c.num_kv_heads, int64_t{1} << 14},
+                               {"head_dim", c.head_dim, int64_t{1} << 16}}) {
     TORCH_CHECK(v > 0, source, ": ", name, " must be positive, got ", v);
+    TORCH_CHECK(v <= most,
+                source,
+                ": ",
+                name,
+                " is ",
+                v,
+                ", beyond any real model (qtrain reads at most ",
+                most,
+                "); the config.json is damaged");
   }
+  TORCH_CHECK(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0,
+              source,
+              ": rms_norm_eps must be a small positive number (1e-6 or 1e-5 in released models), got ",
+              c.rms_norm_eps);
   if (c.arch == Architecture::qwen3_moe || c.arch == Architecture::mixtral) c.moe = read_moe(c, j, source);
   TORCH_CHECK(c.num_heads % c.num_kv_heads == 0,
               source,

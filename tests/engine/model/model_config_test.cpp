@@ -231,6 +231,33 @@ nlohmann::json qwen3_moe_json() {
           {"mlp_only_layers", {3}}};
 }
 
+// Values that no model has, each refused with the file, the key and the value instead of a model
+// with a dropped fraction, a division by zero or an allocation of exabytes.
+TEST(ModelConfigValues, ImpossibleValuesAreRefusedByName) {
+  const nlohmann::json good = {{"model_type", "llama"},
+                               {"vocab_size", 32},
+                               {"hidden_size", 16},
+                               {"intermediate_size", 24},
+                               {"num_hidden_layers", 2},
+                               {"num_attention_heads", 2}};
+  EXPECT_EQ(ModelConfig::from_json(good, "c.json").num_layers, 2);
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"num_hidden_layers", 1.9}}, "c.json: 'num_hidden_layers' must be a whole number, got 1.9"},
+      {{{"hidden_size", "16"}}, "c.json: 'hidden_size' must be a whole number, got a string"},
+      {{{"num_hidden_layers", 100000000}},
+       "c.json: num_hidden_layers is 100000000, beyond any real model (qtrain reads at most 16384)"},
+      {{{"hidden_size", int64_t{1} << 62}}, "c.json: hidden_size is 4611686018427387904, beyond any real model"},
+      {{{"rms_norm_eps", -1}}, "c.json: rms_norm_eps must be a small positive number"},
+      {{{"rope_theta", 0}}, "c.json: rope_theta must be positive (1e4 to 1e6 in released models), got 0"},
+  };
+  for (const auto& [change, fragment] : cases) {
+    auto j = good;
+    j.update(change);
+    SCOPED_TRACE(change.dump());
+    test::expect_error([&] { ModelConfig::from_json(j, "c.json"); }, fragment);
+  }
+}
+
 TEST(MoeConfig, SparseLayersFollowDecoderSparseStepAndMlpOnlyLayers) {
   const auto c = ModelConfig::from_json(qwen3_moe_json(), "qwen3_moe");
   ASSERT_TRUE(c.moe);
