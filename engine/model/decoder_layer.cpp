@@ -2,7 +2,6 @@
 #include "engine/model/decoder_layer.h"
 
 #include <cmath>
-#include <utility>
 
 #include <ATen/ATen.h>
 
@@ -62,45 +61,44 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
   return h1 + mlp(norm(h1, post_attn_norm));
 }
 
-std::vector<const LinearLayer*> DecoderLayer::linears() const {
-  std::vector<const LinearLayer*> out = {&q, &k};
-  if (v) out.push_back(&*v);
-  out.push_back(&o);
-  if (!moe) {
-    out.push_back(&gate);
-    out.push_back(&up);
-    out.push_back(&down);
-  }
-  return out;
-}
+namespace {
 
-std::vector<LinearLayer*> DecoderLayer::linears() {
-  std::vector<LinearLayer*> out = {&q, &k};
-  if (v) out.push_back(&*v);
-  out.push_back(&o);
-  if (!moe) {
-    out.push_back(&gate);
-    out.push_back(&up);
-    out.push_back(&down);
-  }
-  return out;
-}
-
-std::vector<const LinearLayer*> DecoderLayer::weight_linears() const {
-  auto out = linears();
-  if (moe) {
-    for (int64_t e = 0; e < moe->experts.num_experts(); ++e) {
-      out.push_back(&moe->experts.gate_up[e]);
-      out.push_back(&moe->experts.down[e]);
+// The linears of `layer` (const or not) in blob order; with `experts`, a sparse layer's experts
+// after its attention.
+template <typename Layer>
+auto linears_of(Layer& layer, bool experts) {
+  std::vector<decltype(&layer.q)> out = {&layer.q, &layer.k};
+  if (layer.v) out.push_back(&*layer.v);
+  out.push_back(&layer.o);
+  if (!layer.moe) {
+    out.push_back(&layer.gate);
+    out.push_back(&layer.up);
+    out.push_back(&layer.down);
+  } else if (experts) {
+    for (int64_t e = 0; e < layer.moe->experts.num_experts(); ++e) {
+      out.push_back(&layer.moe->experts.gate_up[e]);
+      out.push_back(&layer.moe->experts.down[e]);
     }
   }
   return out;
 }
 
+}  // namespace
+
+std::vector<const LinearLayer*> DecoderLayer::linears() const {
+  return linears_of(*this, false);
+}
+
+std::vector<LinearLayer*> DecoderLayer::linears() {
+  return linears_of(*this, false);
+}
+
+std::vector<const LinearLayer*> DecoderLayer::weight_linears() const {
+  return linears_of(*this, true);
+}
+
 std::vector<LinearLayer*> DecoderLayer::weight_linears() {
-  std::vector<LinearLayer*> out;
-  for (const auto* l : std::as_const(*this).weight_linears()) out.push_back(const_cast<LinearLayer*>(l));
-  return out;
+  return linears_of(*this, true);
 }
 
 std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
