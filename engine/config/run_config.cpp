@@ -351,6 +351,7 @@ RunConfig read_config(Reader& r) {
   c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
   c.ddp_timeout =
       r.integer("ddp_timeout", c.ddp_timeout, at_least(1), "use the seconds a rank waits for the others, e.g. 1800");
+  c.ddp_backend = r.choice("ddp_backend", c.ddp_backend, {"auto", "nccl", "gloo"});
   r.check_all_read();
 
   // --- combinations ---
