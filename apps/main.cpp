@@ -1,7 +1,5 @@
 // The qtrain command line: one subcommand per job. Errors reach the user as one line that names
 // what was wrong and how to fix it, and a non-zero exit code.
-#include <cstdio>
-
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 
@@ -15,8 +13,25 @@
 #include "apps/quantize_command.h"
 #include "apps/tokenize_command.h"
 #include "apps/train_command.h"
+#include "engine/dist/rank_log.h"
+#include "engine/dist/warnings_to_log.h"
+
+namespace {
+
+// The ranks' variables when they are valid; a bad one is reported by the command that uses it.
+qtrain::engine::dist::DistEnv env_for_log() {
+  try {
+    return qtrain::engine::dist::dist_env();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  qtrain::engine::dist::start_rank_log(env_for_log());
+  qtrain::engine::dist::send_torch_warnings_to_log();
   CLI::App app{"qtrain: LoRA fine-tuning on a frozen quantized base (NF4/FP4/INT8), on libtorch"};
   app.require_subcommand(1);
   qtrain::apps::add_eval_command(app);
@@ -35,10 +50,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "qtrain: error: %s\n", e.what_without_backtrace());
+    qtrain::engine::dist::log_error(e.what_without_backtrace());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "qtrain: error: %s\n", e.what());
+    qtrain::engine::dist::log_error(e.what());
     return 1;
   }
   return exit_code;
