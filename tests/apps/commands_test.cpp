@@ -630,5 +630,37 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
   }
 }
 
+// Gemma-4-26B-A4B with its 128 experts a layer on a 24 GiB card, at 2048 tokens, micro-batch 1,
+// every layer checkpointed, LoRA r 16 on attention, the dense MLP and the experts: its layers
+// are 11.77 GiB in NF4 with double quantization (the reference's 12.65 GB) and the LoRA state
+// 7.37 GiB, so it fits with some layers streamed from host RAM; in INT8 (twice the bytes) it
+// fits with most of them streamed.
+TEST_F(Commands, PlanFitsGemma4MoeOn24GiBInNf4AndInInt8WithOffload) {
+  const auto model = dir_ / "gemma4-26b-a4b";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json")
+      << engine::model::preset_config(engine::model::Architecture::gemma4, "gemma4-26b-a4b").to_json().dump(2);
+  std::ofstream(dir_ / "gemma4.yaml")
+      << "base_model: gemma4-26b-a4b\nload_in_4bit: true\nbnb_4bit_use_double_quant: true\nadapter: qlora\n"
+      << "lora_r: 16\nlora_dropout: 0\nlora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      << "down_proj]\nlora_target_parameters: [experts.gate_up_proj, experts.down_proj]\nsequence_len: 2048\n"
+      << "micro_batch_size: 1\ngradient_checkpointing: true\nbf16: auto\noffload_layers: auto\n";
+  const std::string plan = qtrain() + " plan " + (dir_ / "gemma4.yaml").string() + " --gpu-memory 24GiB";
+  const auto nf4 = run(plan, true);
+  ASSERT_EQ(nf4.status, 0) << nf4.out;
+  for (const char* part : {"gemma4_text, 30 layers", "LoRA weights, gradients, AdamW moments       7.37 GiB", "fits"}) {
+    EXPECT_NE(nf4.out.find(part), std::string::npos) << part << "\n" << nf4.out;
+  }
+  const auto int8 = run(plan + " --set load_in_4bit=false --set load_in_8bit=true --set adapter=lora", true);
+  ASSERT_EQ(int8.status, 0) << int8.out;
+  EXPECT_NE(int8.out.find("layers in pinned host RAM"), std::string::npos) << int8.out;
+  // The experts kept in bf16 (quantize_moe_experts: false): a full layer is 1557 MB (1.45 GiB),
+  // 1522.5 MB of experts and the rest in NF4, so a device slot holds that much.
+  const auto bf16_experts = run(plan + " --set quantize_moe_experts=false", true);
+  EXPECT_NE(bf16_experts.out.find("device slots for offloaded layers            2.90 GiB  2 x 1.45 GiB"),
+            std::string::npos)
+      << bf16_experts.out;
+}
+
 }  // namespace
 }  // namespace qtrain
