@@ -57,10 +57,11 @@ namespace {
 // A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
 // through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
 // row), plus the gathered rows [N K, H] (s) and the weighted rows before the sum over K (float32
-// for Mixtral's and Gemma 4's float32 routing weights, s otherwise). Gemma 4's layers add this
-// beside their dense MLP, with four more RMSNorms (three norms around the two branches and the
-// router's weightless one) and the router's scaled input [N, H] (s) and float32 probabilities and
-// top-k weights. Which experts a batch touches and how
+// for Mixtral's float32 routing weights, s otherwise). Gemma 4's layers count their experts
+// beside the dense MLP as measured on the CPU: the SwiGLU-like GeGLU per routed row, the experts'
+// outputs [N K, H] (s) that the weighting keeps, four more RMSNorms (three around the two
+// branches and the router's weightless one), the router's scaled input [N, H] (s) and its
+// float32 probabilities and top-k weights. Which experts a batch touches and how
 // unevenly is not known from the config, so this is an estimate of the balanced case; the weight
 // bytes are exact.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
@@ -220,10 +221,16 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     const int64_t routed = N * c.moe->top_k;  // rows through the experts
     saved += lora_saved(gate_up_adapted, H, routed, shape);
     saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, shape);
-    saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
     if (c.moe->dense_mlp_too) {
-      // Gemma 4: four more norms, the router's scaled input, probabilities and top-k weights.
-      saved += 4 * N * (H * 4 + 4) + N * H * s + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
+      // Gemma 4 (measured, MemoryEstimateActivationsMoe): the experts' outputs [N K, H] that the
+      // weighting keeps; four more norms (in float32 two of them read the tensor
+      // pre_feedforward_layernorm saves already and add only their rsqrt); the router's scaled
+      // input, probabilities and top-k weights.
+      saved += routed * H * s;
+      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 4;
+      saved += N * H * s + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
+    } else {
+      saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
     }
   }
   int64_t attention_transient = 0;

@@ -279,10 +279,7 @@ TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
 // Gemma 2 (four norms, GeGLU, soft-capped unfused attention on the full layers, a window of 64
 // on the others), Gemma 3 (q/k norms, two rope tables) and Gemma 4 (v norm, a wider full layer
 // without v_proj, layer_scalar) in float32 and bfloat16 without dropout.
-class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
-
-TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
-  const auto arch = GetParam();
+model::ModelConfig activations_config(model::Architecture arch) {
   auto config = model::preset_config(arch, "tiny");
   config.hidden_size = 128;
   config.intermediate_size = 352;
@@ -298,6 +295,10 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
     config.sliding_window = {64, 64, std::nullopt};
     config.layer_attention = {{32, 2, false}, {32, 2, false}, {64, 1, true}};
   }
+  return config;
+}
+
+void check_activations(const model::ModelConfig& config) {
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
   const auto folder = io::HfFolder::open(dir);
@@ -353,6 +354,20 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
+
+TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
+  check_activations(activations_config(GetParam()));
+}
+
+// Gemma 4's layers with 6 experts of width 40, top-2, beside the dense MLP: the experts' rows,
+// the router's tensors and the four more norms (all-linear LoRA leaves the experts unadapted).
+TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
+  auto config = activations_config(model::Architecture::gemma4);
+  config.moe = model::gemma4_moe_config(config.num_layers, 6, 2, 40);
+  check_activations(config);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures,
