@@ -112,7 +112,7 @@ ModelConfig gemma_shape(Architecture arch,
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b", "gemma4-26b-a4b"};
+  return {"tiny", "tiny-moe", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b", "gemma4-26b-a4b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
@@ -138,6 +138,16 @@ Architecture architecture_from_name(const std::string& name) {
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
   if (preset == "tiny") return base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+  // The tiny shapes with routed experts: Gemma 4's expert block (4 experts of width 32, top-2,
+  // beside the dense MLP); Qwen3-MoE's and Mixtral's tiny models have theirs already.
+  if (preset == "tiny-moe") {
+    auto c = base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+    if (arch == Architecture::gemma4) c.moe = gemma4_moe_config(c.num_layers, 4, 2, 32);
+    TORCH_CHECK(c.moe,
+                "model preset 'tiny-moe' needs an architecture with experts: gemma4, qwen3_moe or mixtral, not ",
+                architecture_name(arch));
+    return c;
+  }
   // The demo model: the byte-level vocabulary of data::ByteTokenizer (256 bytes + BOS, EOS, PAD).
   if (preset == "demo") return base_config(arch, 259, 256, 688, 4, 4, 2, 1024);
   if (preset == "small") return base_config(arch, 8192, 512, 1408, 8, 8, 4, 2048);

@@ -374,18 +374,24 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
 }
 
-// Tiny Gemma 2, 3 and 4 folders from init-model: transformers loads them, and qtrain's eval loss
-// in float32 is transformers' on the reference inputs. (Gemma 4's tiny layer 1 is full: wider
-// heads, one kv head, no v_proj.)
+// Tiny Gemma 2, 3 and 4 folders from init-model, and Gemma 4 with its expert block (tiny-moe):
+// transformers loads them, and qtrain's eval loss in float32 is transformers' on the reference
+// inputs. (Gemma 4's tiny layer 1 is full: wider heads, one kv head, no v_proj.)
 TEST_F(Commands, InitModelWritesGemmaFoldersWithTransformersLoss) {
-  for (const char* arch : {"gemma2", "gemma3", "gemma4"}) {
-    SCOPED_TRACE(arch);
-    const auto out = dir_ / (std::string("tiny-") + arch);
-    ASSERT_EQ(run(qtrain() + " init-model --arch " + arch + " --preset tiny --seed 3 --out " + out.string()).status, 0);
+  for (const auto& [arch, preset] : {std::pair{"gemma2", "tiny"},
+                                     std::pair{"gemma3", "tiny"},
+                                     std::pair{"gemma4", "tiny"},
+                                     std::pair{"gemma4", "tiny-moe"}}) {
+    SCOPED_TRACE(std::string(arch) + " " + preset);
+    const auto out = dir_ / (std::string(preset) + "-" + arch);
+    ASSERT_EQ(
+        run(qtrain() + " init-model --arch " + arch + " --preset " + preset + " --seed 3 --out " + out.string()).status,
+        0);
     const auto folder = engine::io::HfFolder::open(out);
     EXPECT_EQ(folder.config().at("model_type"), std::string(arch) == "gemma2" ? "gemma2" : std::string(arch) + "_text");
     EXPECT_EQ(folder.contains("model.layers.1.self_attn.v_proj.weight"), std::string(arch) != "gemma4");
     EXPECT_TRUE(folder.contains("model.layers.1.pre_feedforward_layernorm.weight"));
+    EXPECT_EQ(folder.contains("model.layers.1.experts.gate_up_proj"), std::string(preset) == "tiny-moe");
     std::ofstream(dir_ / "fp32.yaml")
         << "base_model: " << out.string()
         << "\nlora_target_linear: true\nsequence_len: 64\ndevice: cpu\ndatasets:\n  - path: data.jsonl\n";
