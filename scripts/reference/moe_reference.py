@@ -40,6 +40,8 @@ expert's slice alone, gate_up [2I, H] (gate rows, then up) and down [H, I]:
                            weights replaced by its dequantized per-slice NF4 bytes (Gemma 4's
                            router.proj kept float, llm_int8_skip_modules: qtrain never quantizes a
                            router, transformers would)
+    bnb4.logits, bnb4.loss (gemma4_moe only) transformers' load_in_4bit model as is (router.proj
+                           in NF4, experts float), saved as bnb4/
 
     python scripts/reference/moe_reference.py --out build/fixtures/moe
 """
@@ -224,6 +226,19 @@ def quantized_experts(base_dir, ids, labels, out):
     with torch.no_grad():
         res = nf4(input_ids=ids, labels=labels)
     out["nf4.logits"], out["nf4.loss"] = res.logits, res.loss.reshape(1)
+    if is_gemma4(base):
+        # transformers' own load_in_4bit, saved: router.proj in NF4 (an nn.Linear), the 3-D experts
+        # float. qtrain dequantizes such a router on load.
+        bnb4 = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map="cpu",
+                                                    quantization_config=BitsAndBytesConfig(
+                                                        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                        bnb_4bit_use_double_quant=True,
+                                                        bnb_4bit_compute_dtype=torch.float32)).eval()
+        assert type(bnb4.model.layers[0].router.proj) is not torch.nn.Linear
+        bnb4.save_pretrained(os.path.join(os.path.dirname(base_dir), "bnb4"))
+        with torch.no_grad():
+            res = bnb4(input_ids=ids, labels=labels)
+        out["bnb4.logits"], out["bnb4.loss"] = res.logits, res.loss.reshape(1)
 
 
 def main():

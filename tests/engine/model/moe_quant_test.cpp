@@ -92,6 +92,30 @@ TEST_P(MoeQuant, Nf4LogitsAndLossMatchTransformersWithTheSameExpertBytes) {
   EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("nf4.loss").item<double>(), 2e-6);
 }
 
+// A Gemma 4 checkpoint that transformers' load_in_4bit saved holds router.proj in NF4 (it is an
+// nn.Linear) and the 3-D experts in float: qtrain dequantizes the router (it never computes with
+// a quantized one) and routes and computes as transformers does with it (the NF4 tolerances).
+TEST(MoeQuantGemma4, ABitsandbytesCheckpointWithA4bitRouterLoadsToTransformersLogits) {
+  const auto dir = test::moe_fixture("gemma4_moe");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  const auto folder = io::HfFolder::open(dir / "bnb4");
+  ASSERT_TRUE(folder.contains("model.layers.0.router.proj.weight.quant_state.bitsandbytes__nf4"));
+  auto lm = model::CausalLM::load(folder, {});
+  for (const auto& layer : lm.layers()) {
+    ASSERT_TRUE(layer.moe && layer.moe->gemma4_router);
+    EXPECT_EQ(layer.moe->gemma4_router->proj.sizes(), at::IntArrayRef({6, 48}));
+    EXPECT_EQ(layer.moe->gemma4_router->proj.scalar_type(), at::kFloat);
+    EXPECT_TRUE(std::holds_alternative<ops::Packed4bit>(layer.q.weight));
+  }
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_eval();
+  const auto logits = lm.logits(scheduler.eval_hidden(plan, ref.tensor("ids")));
+  const auto expected = ref.tensor("bnb4.logits");
+  EXPECT_LT(((logits - expected).abs().max() / expected.abs().max()).item<double>(), 2e-5);
+  const auto [sum, tokens] = scheduler.eval_loss(plan, ref.tensor("ids"), ref.tensor("labels"));
+  EXPECT_NEAR((sum / tokens).item<double>(), ref.tensor("bnb4.loss").item<double>(), 2e-6);
+}
+
 INSTANTIATE_TEST_SUITE_P(Families,
                          MoeQuant,
                          testing::Values("qwen3_moe", "gemma4_moe"),
