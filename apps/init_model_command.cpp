@@ -44,7 +44,8 @@ void add_init_model_command(CLI::App& app) {
   cmd->add_option("--arch", o->arch, "llama, mistral, qwen2, qwen3, gemma2, gemma3 or gemma4")->capture_default_str();
   cmd->add_option("--preset",
                   o->preset,
-                  "tiny, demo, small, llama3.2-1b, llama3-8b, gemma2-2b, gemma3-1b or gemma4-26b-a4b (without experts)")
+                  "tiny, tiny-moe (gemma4, qwen3_moe, mixtral), demo, small, llama3.2-1b, llama3-8b, gemma2-2b, "
+                  "gemma3-1b or gemma4-26b-a4b")
       ->capture_default_str();
   cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
   cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");

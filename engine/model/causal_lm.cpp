@@ -28,7 +28,9 @@ namespace {
 // block_sparse_moe.experts.{e}.w1 (gate) / w3 (up) / w2 (down).weight and
 // block_sparse_moe.gate.weight; with save_original_format=False the fused names. All three are
 // read; qtrain keeps one [2I, H] and one [H, I] weight per expert, so each expert is quantized on
-// its own.
+// its own. Gemma 4 holds them at layers.N.experts.gate_up_proj / down_proj (same layout, no mlp.
+// level) and its router at layers.N.router.{proj.weight, scale, per_expert_scale}, and
+// transformers stores them so (no per-expert form).
 
 // Reads tensors by their in-memory names; `stored` maps such a name to the checkpoint's.
 struct Loader {
@@ -94,18 +96,54 @@ struct Loader {
     return t;
   }
 
+  // Gemma 4's router of layer `p` (Note [Gemma 4 router]) in the compute dtype. transformers'
+  // load_in_4bit quantizes router.proj (an nn.Linear), so a bitsandbytes checkpoint may hold it
+  // quantized: it is dequantized here, as qtrain never quantizes a router.
+  Gemma4Router gemma4_router(const std::string& p, const ModelConfig& c) const {
+    const int64_t e_count = c.moe->num_experts, h = c.hidden_size;
+    const auto proj = stored(p + "router.proj.weight");
+    const bool prequantized = io::is_bnb_4bit(folder, proj) || io::is_bnb_int8(folder, proj);
+    Gemma4Router r;
+    r.proj = prequantized ? linear(p + "router.proj", false).dense_weight(options.dtype)
+                          : shaped(p + "router.proj.weight", {e_count, h});
+    TORCH_CHECK(r.proj.sizes() == at::IntArrayRef({e_count, h}),
+                folder.dir().string(),
+                ": ",
+                proj,
+                " is ",
+                r.proj.sizes(),
+                " but config.json implies [",
+                e_count,
+                ", ",
+                h,
+                "]");
+    r.proj = r.proj.to(options.device, options.dtype).contiguous();
+    r.scale = shaped(p + "router.scale", {h}).to(options.device, options.dtype).contiguous();
+    r.per_expert_scale =
+        shaped(p + "router.per_expert_scale", {e_count}).to(options.device, options.dtype).contiguous();
+    r.top_k = c.moe->top_k;
+    r.eps = c.rms_norm_eps;
+    return r;
+  }
+
   // The router and experts of sparse layer `p` ("model.layers.N."). See Note [Expert tensor names].
   MoeBlock moe(const std::string& p, const ModelConfig& c) const {
     const auto& m = *c.moe;
     const int64_t e_count = m.num_experts, h = c.hidden_size, i = m.expert_intermediate_size;
+    const bool gemma4 = c.arch == Architecture::gemma4;
     const bool mixtral_names = contains(p + "block_sparse_moe.gate.weight");
-    const auto block = p + (mixtral_names ? "block_sparse_moe." : "mlp.");
+    const auto block = p + (gemma4 ? "" : mixtral_names ? "block_sparse_moe." : "mlp.");
     MoeBlock b;
-    b.router = shaped(block + "gate.weight", {e_count, h}).to(options.device, options.dtype).contiguous();
-    b.experts.name = p + "mlp.experts";
+    if (gemma4) {
+      b.gemma4_router = gemma4_router(p, c);
+    } else {
+      b.router = shaped(block + "gate.weight", {e_count, h}).to(options.device, options.dtype).contiguous();
+    }
+    b.experts.name = p + m.experts_path;
     b.experts.act = c.hidden_act;
     const QuantSpec quant = options.quantize_moe_experts ? options.quant : QuantSpec{};
-    const bool fused = contains(block + "experts.gate_up_proj");
+    // transformers writes Gemma 4's experts fused only (it has no conversion mapping for them).
+    const bool fused = gemma4 || contains(block + "experts.gate_up_proj");
     at::Tensor gate_up_all, down_all;
     if (fused) {
       gate_up_all = shaped(block + "experts.gate_up_proj", {e_count, 2 * i, h});
@@ -204,12 +242,16 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
     if (!l.attention.k_eq_v) l.v = load.linear(p + "self_attn.v_proj", c.qkv_bias);
     if (c.arch == Architecture::gemma4) l.layer_scalar = load.plain(p + "layer_scalar");
     l.o = load.linear(p + "self_attn.o_proj", c.o_bias);
-    if (c.layer_is_sparse(i)) {
-      l.moe = load.moe(p, c);
-    } else {
+    if (c.layer_has_dense_mlp(i)) {
       l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
       l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
       l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
+    }
+    if (c.layer_is_sparse(i)) l.moe = load.moe(p, c);
+    if (c.arch == Architecture::gemma4 && l.moe) {
+      l.post_ff_norm_1 = load.plain(p + "post_feedforward_layernorm_1.weight");
+      l.pre_ff_norm_2 = load.plain(p + "pre_feedforward_layernorm_2.weight");
+      l.post_ff_norm_2 = load.plain(p + "post_feedforward_layernorm_2.weight");
     }
     if (std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
       for (auto* lin : l.weight_linears()) {
@@ -225,7 +267,7 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
                                                                             {&l.k, kv_out, c.hidden_size},
                                                                             {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
                                                                             {&l.o, c.hidden_size, q_out}};
-    if (!l.moe) {
+    if (l.has_dense_mlp()) {
       shapes.insert(shapes.end(),
                     {{&l.gate, c.intermediate_size, c.hidden_size},
                      {&l.up, c.intermediate_size, c.hidden_size},

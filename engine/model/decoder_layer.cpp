@@ -48,14 +48,23 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
     g = c.hidden_act == Activation::gelu_tanh ? at::gelu(g, "tanh") : at::silu(g);
     return down.forward(g * up.forward(x, training), training);
   };
+  if (c.gemma) {
+    auto h1 = h + norm(a, post_attn_norm);
+    auto ff = mlp(norm(h1, *pre_ff_norm));
+    if (moe) {
+      // Gemma 4's experts beside the dense MLP (See Note [Gemma 4 decoder]).
+      const auto flat = h1.reshape({-1, h1.size(-1)});
+      const auto routing = gemma4_route(*moe->gemma4_router, flat);
+      if (inputs.router_logits != nullptr) inputs.router_logits->push_back(routing.logits);
+      const auto experts = moe->experts.forward(norm(flat, *pre_ff_norm_2), routing, training).view(h1.sizes());
+      ff = norm(ff, *post_ff_norm_1) + norm(experts, *post_ff_norm_2);
+    }
+    auto out = h1 + norm(ff, *post_ff_norm);
+    return layer_scalar.defined() ? out * layer_scalar : out;
+  }
   if (moe) {
     auto h1 = h + a;
     return h1 + moe->forward(norm(h1, post_attn_norm), *c.moe, training, inputs.router_logits);
-  }
-  if (c.gemma) {
-    auto h1 = h + norm(a, post_attn_norm);
-    auto out = h1 + norm(mlp(norm(h1, *pre_ff_norm)), *post_ff_norm);
-    return layer_scalar.defined() ? out * layer_scalar : out;
   }
   auto h1 = h + a;
   return h1 + mlp(norm(h1, post_attn_norm));
@@ -64,17 +73,18 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
 namespace {
 
 // The linears of `layer` (const or not) in blob order; with `experts`, a sparse layer's experts
-// after its attention.
+// after its attention (and Gemma 4's dense MLP).
 template <typename Layer>
 auto linears_of(Layer& layer, bool experts) {
   std::vector<decltype(&layer.q)> out = {&layer.q, &layer.k};
   if (layer.v) out.push_back(&*layer.v);
   out.push_back(&layer.o);
-  if (!layer.moe) {
+  if (layer.has_dense_mlp()) {
     out.push_back(&layer.gate);
     out.push_back(&layer.up);
     out.push_back(&layer.down);
-  } else if (experts) {
+  }
+  if (layer.moe && experts) {
     for (int64_t e = 0; e < layer.moe->experts.num_experts(); ++e) {
       out.push_back(&layer.moe->experts.gate_up[e]);
       out.push_back(&layer.moe->experts.down[e]);

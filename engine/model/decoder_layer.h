@@ -53,7 +53,16 @@ namespace qtrain::engine::model {
 //   head_dim (ops::rope_inv_freq);
 // - the layer's output, residual included, is multiplied by layer_scalar, a [1] tensor stored in
 //   the checkpoint;
-// - the last layer is always full attention (ModelConfig::from_json).
+// - the last layer is always full attention (ModelConfig::from_json);
+// - with enable_moe_block every layer runs routed experts beside the dense MLP, each with its own
+//   norms, and the two are added before post_feedforward_layernorm (x is the stream after
+//   attention):
+//     m1 = post_ff_norm_1(mlp(pre_ff_norm(x)))
+//     m2 = post_ff_norm_2(experts(pre_ff_norm_2(x), route(x)))   the router reads x itself
+//     x  = (x + post_ff_norm(m1 + m2)) * layer_scalar
+//   with route() as Note [Gemma 4 router] and the experts' GeGLU (tanh GELU) as Note [Grouped
+//   expert compute]: the K expert rows of a token are weighted by the float32 routing weights and
+//   summed in float32, as transformers' default grouped_mm kernel does.
 
 // What every layer of one step shares besides the hidden state.
 struct LayerInputs {
@@ -79,9 +88,11 @@ struct DecoderLayer {
   at::Tensor post_attn_norm;                            // [H]; Gemma: on the attention output
   std::optional<at::Tensor> pre_ff_norm, post_ff_norm;  // [H], Gemma
   std::optional<at::Tensor> q_norm, k_norm;             // [head_dim], Qwen3, Gemma 3 and 4
+  // [H], Gemma 4's expert block: after the dense MLP, before and after the experts.
+  std::optional<at::Tensor> post_ff_norm_1, pre_ff_norm_2, post_ff_norm_2;
   LinearLayer q, k;
   std::optional<LinearLayer> v;   // absent where the values are k's output (LayerAttention::k_eq_v)
-  LinearLayer o, gate, up, down;  // gate, up, down: the dense MLP, empty on a sparse layer
+  LinearLayer o, gate, up, down;  // gate, up, down: the dense MLP, empty on a sparse layer but Gemma 4's
   std::optional<MoeBlock> moe;    // a sparse layer's router and experts
   at::Tensor layer_scalar;        // [1], Gemma 4; undefined otherwise
   LayerAttention attention;
@@ -90,10 +101,11 @@ struct DecoderLayer {
   // h: [B, T, H] in the compute dtype. Residual adds are out of place (a checkpoint saves h).
   at::Tensor forward(const at::Tensor& h, const LayerInputs& inputs, const ModelConfig& config, bool training) const;
 
-  // The layer's linear modules (attention, and the dense MLP on a dense layer): what LoRA
-  // target_modules name and what merging and quantizing export.
+  // The layer's linear modules (attention, and the dense MLP where there is one: dense layers,
+  // and every Gemma 4 layer): what LoRA target_modules name and what merging and quantizing export.
   std::vector<const LinearLayer*> linears() const;
   std::vector<LinearLayer*> linears();
+  bool has_dense_mlp() const { return !moe || moe->gemma4_router.has_value(); }
   // Every frozen base weight held as a LinearLayer: linears() and then, on a sparse layer, each
   // expert's gate_up and down (expert by expert). What offload moves and what the weight bytes count.
   std::vector<const LinearLayer*> weight_linears() const;

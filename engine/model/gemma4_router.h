@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "engine/model/moe_router.h"
+
 namespace qtrain::engine::model {
 
 // Note [Gemma 4 router]
@@ -29,13 +31,9 @@ struct Gemma4Router {
   double eps = 1e-6;
 };
 
-struct Routing {
-  at::Tensor probs;    // float32 [N, E]: softmax over all experts (transformers' "router_logits")
-  at::Tensor weights;  // float32 [N, K]
-  at::Tensor experts;  // int64 [N, K]
-};
-
-// x: [N, H] in the compute dtype.
+// x: [N, H] in the compute dtype. The result's `logits` are the float32 probabilities [N, E]
+// (softmax over all experts): what transformers records as Gemma 4's router_logits; weights are
+// float32 [N, K], experts int64 [N, K].
 Routing gemma4_route(const Gemma4Router& router, const at::Tensor& x);
 
 }  // namespace qtrain::engine::model

@@ -112,7 +112,7 @@ ModelConfig gemma_shape(Architecture arch,
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b", "gemma4-26b-a4b"};
+  return {"tiny", "tiny-moe", "demo", "small", "llama3.2-1b", "llama3-8b", "gemma2-2b", "gemma3-1b", "gemma4-26b-a4b"};
 }
 
 Architecture architecture_from_name(const std::string& name) {
@@ -138,6 +138,16 @@ Architecture architecture_from_name(const std::string& name) {
 
 ModelConfig preset_config(Architecture arch, const std::string& preset) {
   if (preset == "tiny") return base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+  // The tiny shapes with routed experts: Gemma 4's expert block (4 experts of width 32, top-2,
+  // beside the dense MLP); Qwen3-MoE's and Mixtral's tiny models have theirs already.
+  if (preset == "tiny-moe") {
+    auto c = base_config(arch, 256, 64, 128, 2, 4, 2, 512);
+    if (arch == Architecture::gemma4) c.moe = gemma4_moe_config(c.num_layers, 4, 2, 32);
+    TORCH_CHECK(c.moe,
+                "model preset 'tiny-moe' needs an architecture with experts: gemma4, qwen3_moe or mixtral, not ",
+                architecture_name(arch));
+    return c;
+  }
   // The demo model: the byte-level vocabulary of data::ByteTokenizer (256 bytes + BOS, EOS, PAD).
   if (preset == "demo") return base_config(arch, 259, 256, 688, 4, 4, 2, 1024);
   if (preset == "small") return base_config(arch, 8192, 512, 1408, 8, 8, 4, 2048);
@@ -162,13 +172,14 @@ ModelConfig preset_config(Architecture arch, const std::string& preset) {
   // Gemma-2-2B and Gemma-3-1B (text) shapes, for plans with a 256k vocabulary and head_dim 256.
   if (preset == "gemma2-2b") return gemma_shape(arch, 256000, 2304, 9216, 26, 8, 4, 8192, 4096);
   if (preset == "gemma3-1b") return gemma_shape(arch, 262144, 1152, 6912, 26, 4, 1, 32768, 512);
-  // Gemma-4-26B-A4B's attention and dense MLP (head_dim 256 / 512 on full layers with 2 kv heads;
-  // reference: its config.json), without the experts: qtrain does not train the MoE block yet.
+  // Gemma-4-26B-A4B's shapes (reference: its config.json): head_dim 256 / 512 on full layers with
+  // 2 kv heads, and on every layer the dense MLP (2112) and 128 experts of width 704, top-8.
   if (preset == "gemma4-26b-a4b") {
     auto c = gemma_shape(arch, 262144, 2816, 2112, 30, 16, 8, 262144, 1024);
     for (auto& a : c.layer_attention) {
       if (a.k_eq_v) a.num_kv_heads = 2;
     }
+    if (arch == Architecture::gemma4) c.moe = gemma4_moe_config(c.num_layers, 128, 8, 704);
     return c;
   }
   TORCH_CHECK(false, "model preset '", preset, "' is not known; choose one of: ", c10::Join(", ", preset_names()));
@@ -201,7 +212,25 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
                                                                       {"self_attn.k_proj", kv_out, c.hidden_size}};
     if (!attention.k_eq_v) linears.emplace_back("self_attn.v_proj", kv_out, c.hidden_size);
     linears.emplace_back("self_attn.o_proj", c.hidden_size, q_out);
-    if (c.layer_is_sparse(i)) {
+    if (c.layer_has_dense_mlp(i)) {
+      linears.emplace_back("mlp.gate_proj", c.intermediate_size, c.hidden_size);
+      linears.emplace_back("mlp.up_proj", c.intermediate_size, c.hidden_size);
+      linears.emplace_back("mlp.down_proj", c.hidden_size, c.intermediate_size);
+    }
+    if (c.layer_is_sparse(i) && c.arch == Architecture::gemma4) {
+      // Gemma4TextRouter (scales initialised to ones), the fused experts as transformers writes
+      // them, and the expert block's norms.
+      const int64_t e = c.moe->num_experts, ei = c.moe->expert_intermediate_size, h = c.hidden_size;
+      tensors.emplace_back(p + "router.proj.weight", normal({e, h}));
+      tensors.emplace_back(p + "router.scale", norm(h));
+      tensors.emplace_back(p + "router.per_expert_scale", norm(e));
+      tensors.emplace_back(p + "experts.gate_up_proj", normal({e, 2 * ei, h}));
+      tensors.emplace_back(p + "experts.down_proj", normal({e, h, ei}));
+      for (const char* n :
+           {"post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"}) {
+        tensors.emplace_back(p + n + ".weight", norm(h));
+      }
+    } else if (c.layer_is_sparse(i)) {
       // The per-expert names transformers' save_pretrained writes (Note [Expert tensor names]).
       const bool mixtral = c.arch == Architecture::mixtral;
       const auto block = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -213,10 +242,6 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
         linears.emplace_back(ex + (mixtral ? "w3" : "up_proj"), ei, c.hidden_size);
         linears.emplace_back(ex + (mixtral ? "w2" : "down_proj"), c.hidden_size, ei);
       }
-    } else {
-      linears.emplace_back("mlp.gate_proj", c.intermediate_size, c.hidden_size);
-      linears.emplace_back("mlp.up_proj", c.intermediate_size, c.hidden_size);
-      linears.emplace_back("mlp.down_proj", c.hidden_size, c.intermediate_size);
     }
     for (const auto& [name, out, in] : linears) tensors.emplace_back(p + name + ".weight", normal({out, in}));
     if (c.arch == Architecture::gemma4) tensors.emplace_back(p + "layer_scalar", norm(1));

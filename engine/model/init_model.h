@@ -14,11 +14,12 @@
 
 namespace qtrain::engine::model {
 
-// Presets by name: "tiny" (2 layers, hidden 64), "demo" (4 layers, hidden 256, the 259-token
+// Presets by name: "tiny" (2 layers, hidden 64), "tiny-moe" (the same with Gemma 4's expert
+// block; gemma4, qwen3_moe and mixtral only), "demo" (4 layers, hidden 256, the 259-token
 // byte vocabulary of the built-in tokenizer), "small" (8 layers, hidden 512: CPU memory
 // benchmarks), "llama3-8b" (Llama-3-8B shapes, 32 layers, hidden 4096), "gemma2-2b" and
 // "gemma3-1b" (Gemma-2-2B and Gemma-3-1B shapes: head_dim 256, vocabularies of 256000 and 262144),
-// "gemma4-26b-a4b" (Gemma-4-26B-A4B's attention and dense MLP, without its experts).
+// "gemma4-26b-a4b" (Gemma-4-26B-A4B's shapes; with --arch gemma4 its 128 experts, top-8, beside the dense MLP).
 // Any preset takes any architecture's conventions (Gemma: tied, GeGLU, sliding layers, soft-caps;
 // qwen3_moe and mixtral: 8 experts, top-2, on every layer).
 // Unknown names are an error listing these.

@@ -7,7 +7,9 @@
 // one module nest, the parameter registered first (gate_up_proj) innermost. So with both experts'
 // parameters targeted, gate_up_proj's adapter is saved under "<layer>.mlp.experts.base_layer" and
 // down_proj's under "<layer>.mlp.experts"; with only one targeted, it is "<layer>.mlp.experts".
-// Their A and B have PEFT's stacked shapes (Note [Expert LoRA layout]).
+// Gemma 4's experts have no mlp. level: "<layer>.experts.base_layer" and "<layer>.experts", and
+// target_parameters experts.gate_up_proj / experts.down_proj. Their A and B have PEFT's stacked shapes (Note [Expert
+// LoRA layout]).
 #pragma once
 
 #include <map>

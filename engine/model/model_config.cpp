@@ -248,10 +248,6 @@ void check_gemma4_supported(const nlohmann::json& j, const nlohmann::json& file,
               ": num_kv_shared_layers is ",
               shared,
               ": layers that reuse another layer's keys and values (Gemma 4 E2B/E4B) are not supported");
-  TORCH_CHECK(!optional_or<bool>(j, "enable_moe_block", false),
-              source,
-              ": enable_moe_block is true: the Gemma 4 mixture-of-experts block (router and experts beside the "
-              "dense MLP) is not supported yet");
 }
 
 // Gemma 4's rope per layer type (Gemma4TextRotaryEmbedding): rope_parameters.{sliding_attention,
@@ -412,7 +408,50 @@ MoeConfig read_moe(const ModelConfig& c, const nlohmann::json& j, const std::str
   return m;
 }
 
+// Gemma4TextConfig's expert block (enable_moe_block): num_experts experts of width
+// moe_intermediate_size, top_k_experts of them per token (not num_experts_per_tok), on every
+// layer beside the dense MLP. No load-balancing loss exists for Gemma 4.
+MoeConfig read_gemma4_moe(const ModelConfig& c, const nlohmann::json& j, const std::string& source) {
+  MoeConfig m;
+  auto positive = [&](const char* key) {
+    const auto v = required<int64_t>(j, key, source);
+    TORCH_CHECK(v > 0, source, ": ", key, " must be positive with enable_moe_block: true, got ", v);
+    return v;
+  };
+  m.num_experts = positive("num_experts");
+  m.top_k = positive("top_k_experts");
+  m.expert_intermediate_size = positive("moe_intermediate_size");
+  TORCH_CHECK(m.num_experts <= (int64_t{1} << 16) && m.expert_intermediate_size <= (int64_t{1} << 22),
+              source,
+              ": num_experts ",
+              m.num_experts,
+              " or moe_intermediate_size ",
+              m.expert_intermediate_size,
+              " is beyond any real model; the config.json is damaged");
+  TORCH_CHECK(m.top_k <= m.num_experts,
+              source,
+              ": top_k_experts is ",
+              m.top_k,
+              "; it must be between 1 and num_experts (",
+              m.num_experts,
+              ")");
+  return gemma4_moe_config(c.num_layers, m.num_experts, m.top_k, m.expert_intermediate_size);
+}
+
 }  // namespace
+
+MoeConfig gemma4_moe_config(int64_t num_layers, int64_t num_experts, int64_t top_k, int64_t intermediate) {
+  MoeConfig m;
+  m.num_experts = num_experts;
+  m.top_k = top_k;
+  m.expert_intermediate_size = intermediate;
+  m.norm_topk_prob = true;        // Gemma4TextRouter always renormalises the top-k
+  m.fp32_routing_weights = true;  // and keeps the weights in float32
+  m.sparse.assign(num_layers, true);
+  m.dense_mlp_too = true;
+  m.experts_path = "experts";
+  return m;
+}
 
 std::string architecture_name(Architecture arch) {
   switch (arch) {
@@ -556,6 +595,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
               ": rms_norm_eps must be a small positive number (1e-6 or 1e-5 in released models), got ",
               c.rms_norm_eps);
   if (c.arch == Architecture::qwen3_moe || c.arch == Architecture::mixtral) c.moe = read_moe(c, j, source);
+  if (c.arch == Architecture::gemma4 && optional_or<bool>(j, "enable_moe_block", false)) {
+    c.moe = read_gemma4_moe(c, j, source);
+  }
   TORCH_CHECK(c.num_heads % c.num_kv_heads == 0,
               source,
               ": num_attention_heads ",
@@ -659,7 +701,7 @@ nlohmann::json ModelConfig::to_json() const {
   const RopeParams global{rope_theta, rope_scaling};
   if (arch == Architecture::gemma4) {
     // The spelling transformers re-saves (per_layer_config for the layers whose shape differs),
-    // and no per-layer embeddings, KV sharing or experts.
+    // and no per-layer embeddings or KV sharing.
     nlohmann::json per_layer = nlohmann::json::object();
     bool k_eq_v = false;
     for (int64_t i = 0; i < num_layers; ++i) {
@@ -673,7 +715,12 @@ nlohmann::json ModelConfig::to_json() const {
     j["attention_k_eq_v"] = k_eq_v;
     j["hidden_size_per_layer_input"] = 0;
     j["num_kv_shared_layers"] = 0;
-    j["enable_moe_block"] = false;
+    j["enable_moe_block"] = moe.has_value();
+    if (moe) {
+      j["num_experts"] = moe->num_experts;
+      j["top_k_experts"] = moe->top_k;
+      j["moe_intermediate_size"] = moe->expert_intermediate_size;
+    }
   } else if (gemma) {
     // An int in transformers' strict Gemma configs.
     j["query_pre_attn_scalar"] = std::llround(query_pre_attn_scalar.value_or(256.0));
@@ -711,7 +758,7 @@ nlohmann::json ModelConfig::to_json() const {
     j["bos_token_id"] = 1;
     j["eos_token_id"] = 2;
   }
-  if (moe) {
+  if (moe && arch != Architecture::gemma4) {
     j["num_experts_per_tok"] = moe->top_k;
     j["output_router_logits"] = moe->output_router_logits;
     j["router_aux_loss_coef"] = moe->router_aux_loss_coef;

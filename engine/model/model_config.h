@@ -43,8 +43,10 @@ struct LayerAttention {
 };
 
 // The routed expert block of Qwen3-MoE and Mixtral (see Note [Top-k routing] in
-// engine/model/moe_router.h). Field names follow transformers' Qwen3MoeConfig; Mixtral's
-// num_local_experts and intermediate_size (its experts' width) are read into the same fields.
+// engine/model/moe_router.h) and of Gemma 4 (Note [Gemma 4 router] in
+// engine/model/gemma4_router.h, Note [Gemma 4 decoder]). Field names follow transformers'
+// Qwen3MoeConfig; Mixtral's num_local_experts and intermediate_size (its experts' width) and
+// Gemma 4's top_k_experts are read into the same fields.
 struct MoeConfig {
   int64_t num_experts = 0;               // E (num_experts / num_local_experts)
   int64_t top_k = 0;                     // K (num_experts_per_tok)
@@ -54,7 +56,17 @@ struct MoeConfig {
   bool output_router_logits = false;     // HF adds the load-balancing loss only when this is set
   double router_aux_loss_coef = 0.001;
   std::vector<bool> sparse;  // per layer: routed experts (true) or the dense MLP (decoder_sparse_step, mlp_only_layers)
+  // Gemma 4: every layer keeps its dense MLP and adds the experts beside it, and the block sits
+  // at layers.N.router / layers.N.experts instead of layers.N.mlp.
+  bool dense_mlp_too = false;
+  // The experts' module path after "layers.N." (transformers' names, also PEFT's
+  // target_parameters prefix): "mlp.experts", Gemma 4 "experts".
+  std::string experts_path = "mlp.experts";
 };
+
+// Gemma 4's expert block (enable_moe_block) on every one of `num_layers` layers: `num_experts`
+// experts of width `intermediate`, `top_k` per token, beside the dense MLP.
+MoeConfig gemma4_moe_config(int64_t num_layers, int64_t num_experts, int64_t top_k, int64_t intermediate);
 
 struct ModelConfig {
   Architecture arch = Architecture::llama;
@@ -92,7 +104,7 @@ struct ModelConfig {
   // "model.language_model." for a multimodal Gemma 3 or 4 (see Note [Multimodal Gemma 3 tensor
   // names] in causal_lm.cpp for how a Gemma 3 checkpoint spells them; Gemma 4's spells them so).
   std::string weight_prefix = "model.";
-  std::optional<MoeConfig> moe;  // Qwen3-MoE, Mixtral
+  std::optional<MoeConfig> moe;  // Qwen3-MoE, Mixtral, Gemma 4 with enable_moe_block
   nlohmann::json raw;            // the file as read, for writing it back unchanged
 
   LayerAttention attention(int64_t layer) const {
@@ -107,8 +119,10 @@ struct ModelConfig {
   // A config.json transformers loads (model_type, architectures, all fields above).
   nlohmann::json to_json() const;
 
-  // Whether layer i holds routed experts instead of the dense MLP.
+  // Whether layer i holds routed experts (instead of the dense MLP, or on Gemma 4 beside it).
   bool layer_is_sparse(int64_t i) const { return moe && moe->sparse.at(i); }
+  // Whether layer i has the dense MLP (gate_proj, up_proj, down_proj).
+  bool layer_has_dense_mlp(int64_t i) const { return !layer_is_sparse(i) || moe->dense_mlp_too; }
 };
 
 }  // namespace qtrain::engine::model

@@ -57,7 +57,11 @@ namespace {
 // A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
 // through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
 // row), plus the gathered rows [N K, H] (s) and the weighted rows before the sum over K (float32
-// for Mixtral's float32 routing weights, s otherwise). Which experts a batch touches and how
+// for Mixtral's float32 routing weights, s otherwise). Gemma 4's layers count their experts
+// beside the dense MLP as measured on the CPU: the SwiGLU-like GeGLU per routed row, the experts'
+// outputs [N K, H] (s) that the weighting keeps, four more RMSNorms (three around the two
+// branches and the router's weightless one), the router's scaled input [N, H] (s) and its
+// float32 probabilities and top-k weights. Which experts a batch touches and how
 // unevenly is not known from the config, so this is an estimate of the balanced case; the weight
 // bytes are exact.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
@@ -85,8 +89,8 @@ struct Linear {
 };
 
 // The base weights of decoder layer `layer` in blob order (DecoderLayer::weight_linears): q, k,
-// v (present = false on Gemma 4's k_eq_v layers), o, then gate, up, down, or on a sparse layer
-// each expert's gate_up [2I, H] and down [H, I].
+// v (present = false on Gemma 4's k_eq_v layers), o, then gate, up, down where the layer has the
+// dense MLP, then on a sparse layer each expert's gate_up [2I, H] and down [H, I].
 std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
   const auto a = c.attention(layer);
   const int64_t qd = c.num_heads * a.head_dim, kvd = a.num_kv_heads * a.head_dim;
@@ -94,17 +98,18 @@ std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
                              {"self_attn.k_proj", kvd, c.hidden_size},
                              {"self_attn.v_proj", kvd, c.hidden_size, !a.k_eq_v},
                              {"self_attn.o_proj", c.hidden_size, qd}};
-  if (c.layer_is_sparse(layer)) {
-    const int64_t i = c.moe->expert_intermediate_size;
-    for (int64_t e = 0; e < c.moe->num_experts; ++e) {
-      const auto ex = "mlp.experts." + std::to_string(e) + ".";
-      out.push_back({ex + "gate_up_proj", 2 * i, c.hidden_size, true, true});
-      out.push_back({ex + "down_proj", c.hidden_size, i, true, true});
-    }
-  } else {
+  if (c.layer_has_dense_mlp(layer)) {
     out.push_back({"mlp.gate_proj", c.intermediate_size, c.hidden_size});
     out.push_back({"mlp.up_proj", c.intermediate_size, c.hidden_size});
     out.push_back({"mlp.down_proj", c.hidden_size, c.intermediate_size});
+  }
+  if (c.layer_is_sparse(layer)) {
+    const int64_t i = c.moe->expert_intermediate_size;
+    for (int64_t e = 0; e < c.moe->num_experts; ++e) {
+      const auto ex = c.moe->experts_path + "." + std::to_string(e) + ".";
+      out.push_back({ex + "gate_up_proj", 2 * i, c.hidden_size, true, true});
+      out.push_back({ex + "down_proj", c.hidden_size, i, true, true});
+    }
   }
   return out;
 }
@@ -123,8 +128,9 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
   }
   if (c.layer_is_sparse(layer)) {
     const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, re = lora.r * c.moe->num_experts;
-    if (lora.targets_parameter(prefix + "mlp.experts.gate_up_proj")) sizes.insert(sizes.end(), {re * h, 2 * i * re});
-    if (lora.targets_parameter(prefix + "mlp.experts.down_proj")) sizes.insert(sizes.end(), {re * i, h * re});
+    const auto experts = prefix + c.moe->experts_path;
+    if (lora.targets_parameter(experts + ".gate_up_proj")) sizes.insert(sizes.end(), {re * h, 2 * i * re});
+    if (lora.targets_parameter(experts + ".down_proj")) sizes.insert(sizes.end(), {re * i, h * re});
   }
   return sizes;
 }
@@ -176,17 +182,18 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const auto linears = layer_linears(c, layer);
   const std::string prefix = "model.layers." + std::to_string(layer) + ".";
   auto targeted = [&](const Linear& l) -> int64_t { return l.present && shape.lora.targets(prefix + l.module); };
-  std::array<int64_t, 7> adapted{};
+  std::array<int64_t, 7> adapted{};  // q, k, v, o, and the dense MLP's gate, up, down
   for (size_t j = 0; j < 4; ++j) adapted[j] = targeted(linears[j]);
-  const bool sparse = c.layer_is_sparse(layer);
-  // A sparse layer as a dense MLP K experts wide over its routed rows (see the Note).
-  const int64_t I = sparse ? c.moe->top_k * c.moe->expert_intermediate_size : c.intermediate_size;
-  if (sparse) {
-    adapted[4] = shape.lora.targets_parameter(prefix + "mlp.experts.gate_up_proj") ? 1 : 0;
-    adapted[6] = shape.lora.targets_parameter(prefix + "mlp.experts.down_proj") ? 1 : 0;
-  } else {
+  const bool sparse = c.layer_is_sparse(layer), dense_mlp = c.layer_has_dense_mlp(layer);
+  if (dense_mlp) {
     for (size_t j = 4; j < 7; ++j) adapted[j] = targeted(linears[j]);
   }
+  // The experts as a dense MLP K experts wide over the routed rows (see the Note).
+  const int64_t experts_i = sparse ? c.moe->top_k * c.moe->expert_intermediate_size : 0;
+  const int64_t I = (dense_mlp ? c.intermediate_size : 0) + experts_i;
+  const auto experts = sparse ? prefix + c.moe->experts_path : std::string();
+  const int64_t gate_up_adapted = sparse && shape.lora.targets_parameter(experts + ".gate_up_proj") ? 1 : 0;
+  const int64_t down_adapted = sparse && shape.lora.targets_parameter(experts + ".down_proj") ? 1 : 0;
 
   const auto& window = c.sliding_window.at(layer);
   const bool windowed = window && *window < T;
@@ -205,11 +212,27 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   if (c.arch == model::Architecture::gemma4) saved += N * kvd * 4 + N * kv_heads * 4;  // v norm
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
-  const int64_t routed = sparse ? N * c.moe->top_k : N;  // rows through the MLP
-  saved += lora_saved(adapted[4] + adapted[5], H, routed, shape);
-  saved += lora_saved(adapted[6], sparse ? c.moe->expert_intermediate_size : I, routed, shape);
-  saved += 3 * N * I * s;                                                         // SwiGLU / GeGLU
-  if (sparse) saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
+  if (dense_mlp) {
+    saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
+    saved += lora_saved(adapted[6], c.intermediate_size, N, shape);
+  }
+  saved += 3 * N * I * s;  // SwiGLU / GeGLU, the dense MLP's and the experts'
+  if (sparse) {
+    const int64_t routed = N * c.moe->top_k;  // rows through the experts
+    saved += lora_saved(gate_up_adapted, H, routed, shape);
+    saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, shape);
+    if (c.moe->dense_mlp_too) {
+      // Gemma 4 (measured, MemoryEstimateActivationsMoe): the experts' outputs [N K, H] that the
+      // weighting keeps; four more norms (in float32 two of them read the tensor
+      // pre_feedforward_layernorm saves already and add only their rsqrt); the router's scaled
+      // input, probabilities and top-k weights.
+      saved += routed * H * s;
+      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 4;
+      saved += N * H * s + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
+    } else {
+      saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
+    }
+  }
   int64_t attention_transient = 0;
   if (c.attn_logit_softcap) {
     const int64_t scores = B * c.num_heads * T * T;
@@ -287,8 +310,8 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   offload::PlanInputs in;
   in.micro_batches_per_step = shape.micro_batches_per_step;
   if (shape.optimizer_8bit) in.lora_what = "float32, AdamW moments in 8 bits";
-  // The per-layer norms, layer_scalar, biases and MoE routers ([E, H] per sparse layer, never
-  // quantized or offloaded), all in the compute dtype.
+  // The per-layer norms, layer_scalar, biases and MoE routers ([E, H] per sparse layer, and
+  // Gemma 4's scales; never quantized or offloaded), all in the compute dtype.
   int64_t layers_resident = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto a = c.attention(i);
@@ -299,7 +322,9 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
     if (c.qkv_bias) layers_resident += qd + (a.k_eq_v ? 1 : 2) * kvd;
     if (c.o_bias) layers_resident += H;
     if (c.mlp_bias) layers_resident += 2 * I + H;
-    if (c.layer_is_sparse(i)) layers_resident += c.moe->num_experts * H;
+    if (c.layer_is_sparse(i)) layers_resident += c.moe->num_experts * H;  // the router
+    // Gemma 4's router scale and per_expert_scale, and its three expert-block norms.
+    if (c.layer_is_sparse(i) && c.moe->dense_mlp_too) layers_resident += H + c.moe->num_experts + 3 * H;
   }
   // Embeddings, the output head unless tied, the final norm, the layers' resident tensors (all in
   // the compute dtype) and the float32 rope frequencies of each kind of layer.

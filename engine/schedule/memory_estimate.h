@@ -44,7 +44,8 @@ struct MemoryShape {
 
 // The byte sizes of decoder layer `layer`'s base weights as qtrain stores them, in blob order
 // (DecoderLayer::weight_linears): q, k, v (absent where the layer has none: Gemma 4's k_eq_v), o,
-// then gate, up, down, or on a sparse (MoE) layer each expert's gate_up [2I, H] and down [H, I]
+// then gate, up, down where the layer has a dense MLP (dense layers, every Gemma 4 layer), then
+// on a sparse (MoE) layer each expert's gate_up [2I, H] and down [H, I]
 // (quantized only with `quantize_moe_experts`), each as its stored tensors: a dense weight
 // [out, in] in `dtype`; 4-bit: packed codes uint8 [(n + 1) / 2], then absmax float32 [blocks], or
 // with double quantization qabsmax uint8 [blocks], absmax2 float32 [ceil(blocks / 256)], code

@@ -9,6 +9,13 @@ Cases (under --out/<case>/):
                 dense); saved with the fused 3-D keys (save_original_format=False)
   mixtral       8 experts, top-3 (always renormalised, fp32 weights), block_sparse_moe.* keys,
                 a sliding window shorter than the sequence
+  gemma4_moe    gemma4_text with enable_moe_block: 5 layers (sliding, full, sliding, sliding,
+                full; k_eq_v full layers), 6 experts top-3 beside the dense MLP on every layer,
+                odd widths (hidden 48, moe_intermediate_size 20, intermediate_size 72); random
+                norms (the three MoE ones too), layer_scalar, router scale and per_expert_scale;
+                experts at layers.N.experts (fused keys: transformers writes no other form). Its
+                adapters also target the dense MLP; target_parameters are experts.gate_up_proj
+                and experts.down_proj. No aux loss (Gemma 4 has none); short_ids is [1, 1]
 Each holds:
   base/               the tiny random model (save_pretrained, float32)
   adapter_attn/       a PEFT adapter on the attention projections only, random A and B
@@ -24,13 +31,17 @@ Each holds:
     lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
     gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
                       experts' gate_up_proj alone (one ParamWrapper, saved as "...mlp.experts")
-and for qwen3_moe only, per-expert quantization (transformers leaves 3-D experts unquantized, so
+and for qwen3_moe and gemma4_moe, per-expert quantization (transformers leaves 3-D experts unquantized, so
 it is no oracle there): for each sparse layer L and expert e, bitsandbytes quantizing that
 expert's slice alone, gate_up [2I, H] (gate rows, then up) and down [H, I]:
     q.<L>.<e>.<gate_up|down>.<nf4|fp4>.*   packed, qabsmax, absmax2, offset (double quant, blocks of 64)
     q.<L>.<e>.<gate_up|down>.int8.cb|scb   Int8Params' CB and SCB (the weight rounded to fp16 first)
     nf4.logits, nf4.loss   transformers with load_in_4bit (NF4, double quant) and each expert's
-                           weights replaced by its dequantized per-slice NF4 bytes
+                           weights replaced by its dequantized per-slice NF4 bytes (Gemma 4's
+                           router.proj kept float, llm_int8_skip_modules: qtrain never quantizes a
+                           router, transformers would)
+    bnb4.logits, bnb4.loss (gemma4_moe only) transformers' load_in_4bit model as is (router.proj
+                           in NF4, experts float), saved as bnb4/
 
     python scripts/reference/moe_reference.py --out build/fixtures/moe
 """
@@ -44,10 +55,11 @@ import torch
 from bnb_oracle import F, quant_state_tensors  # bitsandbytes, the same on every CPU
 from peft import LoraConfig, PeftModel, get_peft_model
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, BitsAndBytesConfig, MixtralConfig, Qwen3MoeConfig
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig, Gemma4TextConfig, MixtralConfig, Qwen3MoeConfig
 
 ATTN = ["q_proj", "k_proj", "v_proj", "o_proj"]
 EXPERTS = ["mlp.experts.gate_up_proj", "mlp.experts.down_proj"]
+SLIDING, FULL = "sliding_attention", "full_attention"
 COMMON = dict(hidden_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, vocab_size=160,
               max_position_embeddings=256, initializer_range=0.08, rms_norm_eps=1e-6, num_experts_per_tok=2)
 CASES = {
@@ -58,11 +70,39 @@ CASES = {
                                               decoder_sparse_step=2, tie_word_embeddings=True),
     "mixtral": lambda: MixtralConfig(**{**COMMON, "num_experts_per_tok": 3}, intermediate_size=48,
                                      num_local_experts=8, sliding_window=8),
+    "gemma4_moe": lambda: Gemma4TextConfig(
+        vocab_size=160, hidden_size=48, intermediate_size=72, num_hidden_layers=5, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        sliding_window=5, layer_types=[SLIDING, FULL, SLIDING, SLIDING, FULL], hidden_size_per_layer_input=0, final_logit_softcapping=5.0,
+        max_position_embeddings=256, initializer_range=0.08, rms_norm_eps=1e-6, enable_moe_block=True,
+        num_experts=6, top_k_experts=3, moe_intermediate_size=20),
 }
 
 
+def is_gemma4(model):
+    return model.config.model_type == "gemma4_text"
+
+
+def experts_of(layer):
+    return layer.experts if hasattr(layer, "experts") else layer.mlp.experts
+
+
+def num_experts(cfg):
+    return getattr(cfg, "num_experts", None) or cfg.num_local_experts
+
+
+def top_k(cfg):
+    return getattr(cfg, "top_k_experts", None) or cfg.num_experts_per_tok
+
+
+def chosen(model, router_logits, k):
+    """The experts of each token: Gemma 4 records probabilities, the others logits."""
+    probs = router_logits.float() if is_gemma4(model) else torch.softmax(router_logits.float(), -1)
+    return torch.topk(probs, k, -1).indices
+
+
 def sparse_layers(model):
-    return [i for i, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "experts")]
+    return [i for i, layer in enumerate(model.model.layers) if hasattr(layer, "experts") or hasattr(layer.mlp, "experts")]
 
 
 def run(model, ids, labels, prefix, train, out):
@@ -91,8 +131,16 @@ def make_case(name, root):
         for pname, p in model.named_parameters():
             if "norm" in pname:
                 p.normal_(1.0, 0.2)
-            if "mlp.gate.weight" in pname:  # a decisive router, as a trained one is
+            if "mlp.gate.weight" in pname or "router.proj" in pname:  # a decisive router, as a trained one is
                 p.normal_(0, 0.5)
+            if "router.scale" in pname:
+                p.normal_(1.0, 0.3)
+            if "per_expert_scale" in pname:
+                p.uniform_(0.5, 1.5)
+        for bname, b in model.named_buffers():
+            if bname.endswith("layer_scalar"):
+                b.uniform_(0.5, 1.5)
+    gemma4 = is_gemma4(model)
     base_dir = os.path.join(root, "base")
     model.save_pretrained(base_dir, save_original_format=not name.endswith("_fused"))
 
@@ -101,36 +149,40 @@ def make_case(name, root):
     labels = ids.clone()
     labels[0, :5] = -100
     labels[1, -3:] = -100
-    short_ids = torch.randint(0, cfg.vocab_size, (1, 2), generator=gen)
+    short_ids = torch.randint(0, cfg.vocab_size, (1, 1 if gemma4 else 2), generator=gen)
     out = {"ids": ids, "labels": labels, "short_ids": short_ids}
 
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32).eval()
-    k = cfg.num_experts_per_tok
+    k = top_k(cfg)
     with torch.no_grad():
         res = run(base, ids, labels, "base.", False, out)
         layers = sparse_layers(base)
+        assert len(res.router_logits) == len(layers)
         for i, logits in zip(layers, res.router_logits):
-            topk = torch.topk(torch.softmax(logits.float(), -1), k, -1).indices
+            topk = chosen(base, logits, k)
             out[f"base.topk.{i}"] = topk
-            n = getattr(base.config, "num_experts", None) or base.config.num_local_experts
-            assert topk.unique().numel() == n, f"{name} layer {i}: not every expert is touched"
-        out["base.aux_loss"] = res.aux_loss.reshape(1)
-        res_aux = base(input_ids=ids, labels=labels, output_router_logits=True)
-        coef = base.config.router_aux_loss_coef
-        out["base.loss_with_aux"] = res_aux.loss.reshape(1)
-        out["base.aux_coef"] = torch.tensor([coef], dtype=torch.float64)
+            assert topk.unique().numel() == num_experts(cfg), f"{name} layer {i}: not every expert is touched"
+        if not gemma4:
+            out["base.aux_loss"] = res.aux_loss.reshape(1)
+            res_aux = base(input_ids=ids, labels=labels, output_router_logits=True)
+            coef = base.config.router_aux_loss_coef
+            out["base.loss_with_aux"] = res_aux.loss.reshape(1)
+            out["base.aux_coef"] = torch.tensor([coef], dtype=torch.float64)
         short = base(input_ids=short_ids, output_router_logits=True)
         out["short.logits"] = short.logits
         for i, logits in zip(layers, short.router_logits):
-            out[f"short.topk.{i}"] = torch.topk(torch.softmax(logits.float(), -1), k, -1).indices
+            out[f"short.topk.{i}"] = chosen(base, logits, k)
 
-    adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": EXPERTS})]
+    # Gemma 4: the dense MLP beside the experts too; its experts have no mlp. level.
+    modules = ATTN + (["gate_proj", "up_proj", "down_proj"] if gemma4 else [])
+    experts = [e.removeprefix("mlp.") for e in EXPERTS] if gemma4 else EXPERTS
+    adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": experts})]
     if name == "qwen3_moe":
         adapters.append(("adapter_gate_up", "gate_up.", {"target_parameters": EXPERTS[:1]}))
     for adapter, prefix, targets in adapters:
         torch.manual_seed(5)
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=ATTN,
+        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=modules,
                                                       **targets))
         with torch.no_grad():
             for pname, p in peft_model.named_parameters():
@@ -140,20 +192,24 @@ def make_case(name, root):
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
                                            os.path.join(root, adapter), is_trainable=True)
         run(loaded, ids, labels, prefix, True, out)
-    if name == "qwen3_moe":
+    if name in ("qwen3_moe", "gemma4_moe"):
         quantized_experts(base_dir, ids, labels, out)
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(root, "reference.safetensors"))
 
 
 def quantized_experts(base_dir, ids, labels, out):
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    skip = {"llm_int8_skip_modules": ["router.proj", "lm_head"]} if is_gemma4(base) else {}
     nf4 = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map="cpu",
                                                quantization_config=BitsAndBytesConfig(
                                                    load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                                    bnb_4bit_use_double_quant=True,
-                                                   bnb_4bit_compute_dtype=torch.float32)).eval()
+                                                   bnb_4bit_compute_dtype=torch.float32, **skip)).eval()
+    if is_gemma4(base):
+        assert all(type(layer.router.proj) is torch.nn.Linear for layer in nf4.model.layers)
+        assert type(nf4.model.layers[0].mlp.gate_proj) is not torch.nn.Linear
     for i in sparse_layers(base):
-        experts, into = base.model.layers[i].mlp.experts, nf4.model.layers[i].mlp.experts
+        experts, into = experts_of(base.model.layers[i]), experts_of(nf4.model.layers[i])
         for e in range(experts.gate_up_proj.shape[0]):
             for part in ("gate_up", "down"):
                 w = getattr(experts, part + "_proj")[e].detach().contiguous()
@@ -170,14 +226,28 @@ def quantized_experts(base_dir, ids, labels, out):
     with torch.no_grad():
         res = nf4(input_ids=ids, labels=labels)
     out["nf4.logits"], out["nf4.loss"] = res.logits, res.loss.reshape(1)
+    if is_gemma4(base):
+        # transformers' own load_in_4bit, saved: router.proj in NF4 (an nn.Linear), the 3-D experts
+        # float. qtrain dequantizes such a router on load.
+        bnb4 = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, device_map="cpu",
+                                                    quantization_config=BitsAndBytesConfig(
+                                                        load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                        bnb_4bit_use_double_quant=True,
+                                                        bnb_4bit_compute_dtype=torch.float32)).eval()
+        assert type(bnb4.model.layers[0].router.proj) is not torch.nn.Linear
+        bnb4.save_pretrained(os.path.join(os.path.dirname(base_dir), "bnb4"))
+        with torch.no_grad():
+            res = bnb4(input_ids=ids, labels=labels)
+        out["bnb4.logits"], out["bnb4.loss"] = res.logits, res.loss.reshape(1)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", nargs="*", help="only these cases (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    for name in CASES:
+    for name in args.cases or CASES:
         make_case(name, os.path.join(args.out, name))
         print(f"wrote {args.out}/{name}", flush=True)
     open(os.path.join(args.out, "done"), "w").close()

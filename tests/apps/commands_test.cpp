@@ -430,18 +430,24 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), std::log(256.0), 0.2);
 }
 
-// Tiny Gemma 2, 3 and 4 folders from init-model: transformers loads them, and qtrain's eval loss
-// in float32 is transformers' on the reference inputs. (Gemma 4's tiny layer 1 is full: wider
-// heads, one kv head, no v_proj.)
+// Tiny Gemma 2, 3 and 4 folders from init-model, and Gemma 4 with its expert block (tiny-moe):
+// transformers loads them, and qtrain's eval loss in float32 is transformers' on the reference
+// inputs. (Gemma 4's tiny layer 1 is full: wider heads, one kv head, no v_proj.)
 TEST_F(Commands, InitModelWritesGemmaFoldersWithTransformersLoss) {
-  for (const char* arch : {"gemma2", "gemma3", "gemma4"}) {
-    SCOPED_TRACE(arch);
-    const auto out = dir_ / (std::string("tiny-") + arch);
-    ASSERT_EQ(run(qtrain() + " init-model --arch " + arch + " --preset tiny --seed 3 --out " + out.string()).status, 0);
+  for (const auto& [arch, preset] : {std::pair{"gemma2", "tiny"},
+                                     std::pair{"gemma3", "tiny"},
+                                     std::pair{"gemma4", "tiny"},
+                                     std::pair{"gemma4", "tiny-moe"}}) {
+    SCOPED_TRACE(std::string(arch) + " " + preset);
+    const auto out = dir_ / (std::string(preset) + "-" + arch);
+    ASSERT_EQ(
+        run(qtrain() + " init-model --arch " + arch + " --preset " + preset + " --seed 3 --out " + out.string()).status,
+        0);
     const auto folder = engine::io::HfFolder::open(out);
     EXPECT_EQ(folder.config().at("model_type"), std::string(arch) == "gemma2" ? "gemma2" : std::string(arch) + "_text");
     EXPECT_EQ(folder.contains("model.layers.1.self_attn.v_proj.weight"), std::string(arch) != "gemma4");
     EXPECT_TRUE(folder.contains("model.layers.1.pre_feedforward_layernorm.weight"));
+    EXPECT_EQ(folder.contains("model.layers.1.experts.gate_up_proj"), std::string(preset) == "tiny-moe");
     std::ofstream(dir_ / "fp32.yaml")
         << "base_model: " << out.string()
         << "\nlora_target_linear: true\nsequence_len: 64\ndevice: cpu\ndatasets:\n  - path: data.jsonl\n";
@@ -684,6 +690,38 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
     EXPECT_NE(none.out.find("no GPU here to plan for: give the budget with --gpu-memory 24GiB"), std::string::npos)
         << none.out;
   }
+}
+
+// Gemma-4-26B-A4B with its 128 experts a layer on a 24 GiB card, at 2048 tokens, micro-batch 1,
+// every layer checkpointed, LoRA r 16 on attention, the dense MLP and the experts: its layers
+// are 11.77 GiB in NF4 with double quantization (the reference's 12.65 GB) and the LoRA state
+// 7.37 GiB, so it fits with some layers streamed from host RAM; in INT8 (twice the bytes) it
+// fits with most of them streamed.
+TEST_F(Commands, PlanFitsGemma4MoeOn24GiBInNf4AndInInt8WithOffload) {
+  const auto model = dir_ / "gemma4-26b-a4b";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json")
+      << engine::model::preset_config(engine::model::Architecture::gemma4, "gemma4-26b-a4b").to_json().dump(2);
+  std::ofstream(dir_ / "gemma4.yaml")
+      << "base_model: gemma4-26b-a4b\nload_in_4bit: true\nbnb_4bit_use_double_quant: true\nadapter: qlora\n"
+      << "lora_r: 16\nlora_dropout: 0\nlora_target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, "
+      << "down_proj]\nlora_target_parameters: [experts.gate_up_proj, experts.down_proj]\nsequence_len: 2048\n"
+      << "micro_batch_size: 1\ngradient_checkpointing: true\nbf16: auto\noffload_layers: auto\n";
+  const std::string plan = qtrain() + " plan " + (dir_ / "gemma4.yaml").string() + " --gpu-memory 24GiB";
+  const auto nf4 = run(plan, true);
+  ASSERT_EQ(nf4.status, 0) << nf4.out;
+  for (const char* part : {"gemma4_text, 30 layers", "LoRA weights, gradients, AdamW moments       7.37 GiB", "fits"}) {
+    EXPECT_NE(nf4.out.find(part), std::string::npos) << part << "\n" << nf4.out;
+  }
+  const auto int8 = run(plan + " --set load_in_4bit=false --set load_in_8bit=true --set adapter=lora", true);
+  ASSERT_EQ(int8.status, 0) << int8.out;
+  EXPECT_NE(int8.out.find("layers in pinned host RAM"), std::string::npos) << int8.out;
+  // The experts kept in bf16 (quantize_moe_experts: false): a full layer is 1557 MB (1.45 GiB),
+  // 1522.5 MB of experts and the rest in NF4, so a device slot holds that much.
+  const auto bf16_experts = run(plan + " --set quantize_moe_experts=false", true);
+  EXPECT_NE(bf16_experts.out.find("device slots for offloaded layers            2.90 GiB  2 x 1.45 GiB"),
+            std::string::npos)
+      << bf16_experts.out;
 }
 
 }  // namespace

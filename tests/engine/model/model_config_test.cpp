@@ -181,6 +181,62 @@ TEST(Gemma4ConfigErrors, RefusesWhatItCannotTrainByName) {
             std::string::npos);
 }
 
+// enable_moe_block: the expert block's keys as Gemma4TextConfig names them (top_k_experts, not
+// num_experts_per_tok), on every layer beside the dense MLP; missing or impossible values are
+// refused by key, and to_json writes what it read.
+TEST(Gemma4MoeConfig, ReadsTheExpertBlockAndRefusesWhatIsMissing) {
+  const nlohmann::json base = {{"model_type", "gemma4_text"},
+                               {"hidden_size_per_layer_input", 0},
+                               {"num_hidden_layers", 4},
+                               {"enable_moe_block", true},
+                               {"num_experts", 6},
+                               {"top_k_experts", 3},
+                               {"moe_intermediate_size", 20},
+                               {"num_experts_per_tok", 1}};
+  const auto c = model::ModelConfig::from_json(base, "moe.json");
+  ASSERT_TRUE(c.moe);
+  EXPECT_EQ(c.moe->num_experts, 6);
+  EXPECT_EQ(c.moe->top_k, 3);
+  EXPECT_EQ(c.moe->expert_intermediate_size, 20);
+  EXPECT_EQ(c.moe->experts_path, "experts");
+  EXPECT_TRUE(c.moe->fp32_routing_weights);
+  EXPECT_FALSE(c.moe->output_router_logits);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_TRUE(c.layer_is_sparse(i) && c.layer_has_dense_mlp(i)) << i;
+  const auto again = model::ModelConfig::from_json(
+      [&] {
+        auto c2 = c;
+        c2.raw = nullptr;
+        return c2.to_json();
+      }(),
+      "written");
+  ASSERT_TRUE(again.moe);
+  EXPECT_EQ(again.moe->num_experts, 6);
+  EXPECT_EQ(again.moe->top_k, 3);
+  EXPECT_EQ(again.moe->expert_intermediate_size, 20);
+  EXPECT_FALSE(
+      model::ModelConfig::from_json({{"model_type", "gemma4_text"}, {"hidden_size_per_layer_input", 0}}, "").moe);
+  auto with = [&](const nlohmann::json& extra) {
+    auto j = base;
+    j.update(extra);
+    return config_error(j);
+  };
+  auto without = [&](const char* key) {
+    auto j = base;
+    j.erase(key);
+    return config_error(j);
+  };
+  for (const char* key : {"num_experts", "top_k_experts", "moe_intermediate_size"}) {
+    EXPECT_NE(without(key).find(key), std::string::npos) << without(key);
+  }
+  EXPECT_NE(with({{"num_experts", 0}}).find("num_experts must be positive with enable_moe_block: true, got 0"),
+            std::string::npos)
+      << with({{"num_experts", 0}});
+  EXPECT_NE(with({{"top_k_experts", 7}}).find("top_k_experts is 7; it must be between 1 and num_experts (6)"),
+            std::string::npos)
+      << with({{"top_k_experts", 7}});
+  EXPECT_NE(with({{"moe_intermediate_size", -2}}).find("moe_intermediate_size must be positive"), std::string::npos);
+}
+
 // A tiny Gemma4ForConditionalGeneration (decoder under model.language_model., a vision tower, no
 // lm_head on disk): its decoder against transformers' text-only logits and loss, and with a PEFT
 // adapter on the decoder (module names model.language_model.layers.N...) the LoRA gradients.

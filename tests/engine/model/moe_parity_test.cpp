@@ -1,6 +1,7 @@
-// Parity with transformers (+ peft) on tiny Qwen3-MoE and Mixtral models (float32, CPU): logits,
-// loss and the experts each token is routed to; with PEFT adapters (attention only, and attention
-// plus expert LoRA through target_parameters) also logits, loss and every LoRA gradient.
+// Parity with transformers (+ peft) on tiny Qwen3-MoE, Mixtral and Gemma 4 MoE models (float32,
+// CPU): logits, loss and the experts each token is routed to; with PEFT adapters (attention only
+// (Gemma 4: and its dense MLP), and that plus expert LoRA through target_parameters) also logits,
+// loss and every LoRA gradient.
 // References: scripts/reference/moe_reference.py.
 #include <unistd.h>
 
@@ -37,8 +38,11 @@ std::vector<at::Tensor> router_logits(const model::CausalLM& lm, const at::Tenso
 // Tolerances, float32 throughout. Both sides run the same float32 ops on the same weights and
 // differ by summation order in matmuls and attention (~1e-6 relative). Expert LoRA: PEFT merges
 // delta W into each expert's weight, qtrain adds B_e (A_e x) unmerged, a reassociation at the
-// same rounding level. Gradients pass backward through three layers, routing weights and softmax:
-// 1e-4 of the largest gradient (the tolerance of the dense parity tests).
+// same rounding level. Gradients pass backward through three to five layers, routing weights and
+// softmax (Gemma 4: also its router's weightless norm and scales): 1e-4 of the largest gradient
+// (the tolerance of the dense parity tests). None of this depends on the SIMD width: the routing
+// is compared as expert ids, which the fixtures' decisive routers keep apart by far more than
+// float32 rounding.
 constexpr double kLogitsTol = 2e-5, kLossTol = 2e-6, kGradTol = 1e-4;
 
 class MoeParity : public testing::TestWithParam<std::string> {};
@@ -54,17 +58,19 @@ TEST_P(MoeParity, LogitsLossAndExpertChoicesMatchTransformers) {
     const auto ids = ref.tensor(run == "base" ? "ids" : "short_ids");
     EXPECT_LT(max_rel(lm.logits(scheduler.eval_hidden(plan, ids)), ref.tensor(run + ".logits")), kLogitsTol) << run;
     const auto logits = router_logits(lm, ids);
+    const int64_t experts = lm.config().moe->num_experts;
     int64_t sparse = 0;
     for (const auto& layer : lm.layers()) {
       EXPECT_EQ(layer.moe.has_value(), lm.config().layer_is_sparse(layer.index));
       if (!layer.moe) continue;
       const auto expected = ref.tensor(run + ".topk." + std::to_string(layer.index));
+      // Gemma 4 records probabilities, the others logits: softmax keeps the order of either.
       const auto chosen =
           std::get<1>(at::topk(at::softmax(logits.at(sparse++), -1, at::kFloat), lm.config().moe->top_k));
       EXPECT_TRUE(at::equal(chosen, expected)) << run << " layer " << layer.index;
       // The short sequence leaves experts untouched; the long one touches all (the fixture asserts it).
-      const auto touched = at::bincount(chosen.reshape(-1), {}, 8).gt(0).sum().item<int64_t>();
-      EXPECT_EQ(touched < 8, run == "short") << run << " layer " << layer.index;
+      const auto touched = at::bincount(chosen.reshape(-1), {}, experts).gt(0).sum().item<int64_t>();
+      EXPECT_EQ(touched < experts, run == "short") << run << " layer " << layer.index;
     }
     EXPECT_EQ(sparse, static_cast<int64_t>(logits.size()));
   }
@@ -73,7 +79,8 @@ TEST_P(MoeParity, LogitsLossAndExpertChoicesMatchTransformers) {
 }
 
 // Gradients of LoRA on the attention of every layer reach the earlier layers through the
-// frozen routers and routing weights of the later ones.
+// frozen routers and routing weights of the later ones. Every LoRA tensor of qtrain's has a
+// reference gradient, and `tensors` of them are compared: all the reference has.
 void check_adapter(const std::string& name, const std::string& adapter, const std::string& prefix, int64_t tensors) {
   const auto dir = test::moe_fixture(name);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
@@ -100,10 +107,26 @@ void check_adapter(const std::string& name, const std::string& adapter, const st
     }
   }
   EXPECT_EQ(compared, tensors);
+  int64_t reference = 0;
+  for (const auto& t : ref.tensors()) reference += t.name.rfind(prefix + "grad.", 0) == 0;
+  EXPECT_EQ(compared, reference);
+}
+
+// LoRA tensors of an adapter on q, k, v, o (and on Gemma 4 the dense MLP's three linears) of
+// every layer: v_proj is absent on Gemma 4's k_eq_v layers.
+int64_t attention_lora_tensors(const std::string& name) {
+  const auto config =
+      model::ModelConfig::from_json(io::HfFolder::open(test::moe_fixture(name) / "base").config(), name);
+  int64_t linears = 0;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    linears += config.attention(i).k_eq_v ? 3 : 4;
+    if (config.arch == model::Architecture::gemma4) linears += 3;
+  }
+  return linears * 2;
 }
 
 TEST_P(MoeParity, AttentionLoraGradientsFlowThroughTheRouter) {
-  check_adapter(GetParam(), "adapter_attn", "attn.", 3 * 4 * 2);
+  check_adapter(GetParam(), "adapter_attn", "attn.", attention_lora_tensors(GetParam()));
 }
 
 // Expert LoRA in PEFT's target_parameters layout: gate_up_proj's adapter nested as
@@ -113,7 +136,7 @@ TEST_P(MoeParity, ExpertLoraLogitsLossAndGradientsMatchPeft) {
       model::ModelConfig::from_json(io::HfFolder::open(test::moe_fixture(GetParam()) / "base").config(), GetParam());
   int64_t sparse = 0;
   for (int64_t i = 0; i < config.num_layers; ++i) sparse += config.layer_is_sparse(i);
-  check_adapter(GetParam(), "adapter", "lora.", 3 * 4 * 2 + sparse * 2 * 2);
+  check_adapter(GetParam(), "adapter", "lora.", attention_lora_tensors(GetParam()) + sparse * 2 * 2);
 }
 
 // Only gate_up_proj targeted: one ParamWrapper, saved as "...mlp.experts" (no base_layer).
@@ -123,8 +146,28 @@ TEST(MoeExpertLora, GateUpAloneLoadsUnderPeftsSingleWrapperName) {
 
 INSTANTIATE_TEST_SUITE_P(Families,
                          MoeParity,
-                         testing::Values("qwen3_moe", "qwen3_moe_fused", "mixtral"),
+                         testing::Values("qwen3_moe", "qwen3_moe_fused", "mixtral", "gemma4_moe"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Gemma 4's layers keep the dense MLP beside the experts, with the router, the three extra norms
+// and the experts at layers.N.experts, and offload moves the experts with the rest of the layer.
+TEST(Gemma4Moe, EveryLayerHasTheDenseMlpTheRouterAndTheExperts) {
+  const auto lm = model::CausalLM::load(io::HfFolder::open(test::moe_fixture("gemma4_moe") / "base"), {});
+  const auto& m = *lm.config().moe;
+  EXPECT_EQ(m.num_experts, 6);
+  EXPECT_EQ(m.top_k, 3);
+  EXPECT_EQ(m.expert_intermediate_size, 20);
+  for (const auto& layer : lm.layers()) {
+    ASSERT_TRUE(layer.moe && layer.moe->gemma4_router) << layer.index;
+    EXPECT_FALSE(layer.moe->router.defined());
+    EXPECT_TRUE(layer.post_ff_norm_1 && layer.pre_ff_norm_2 && layer.post_ff_norm_2);
+    EXPECT_EQ(layer.moe->experts.name, "model.layers." + std::to_string(layer.index) + ".experts");
+    const int64_t attention = layer.v ? 4 : 3;
+    ASSERT_EQ(layer.linears().size(), size_t(attention + 3));
+    EXPECT_EQ(layer.linears().back()->name, "model.layers." + std::to_string(layer.index) + ".mlp.down_proj");
+    EXPECT_EQ(layer.weight_linears().size(), size_t(attention + 3 + 2 * m.num_experts));
+  }
+}
 
 // An adapter qtrain writes with LoRA on both experts' parameters (nested wrappers) loads in PEFT
 // and means the same there, and qtrain reads it back.

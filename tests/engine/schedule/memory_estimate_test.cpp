@@ -56,7 +56,13 @@ int64_t resident_nbytes(const model::CausalLM& lm) {
     if (layer.pre_ff_norm) bytes += layer.pre_ff_norm->nbytes() + layer.post_ff_norm->nbytes();
     if (layer.q_norm) bytes += layer.q_norm->nbytes() + layer.k_norm->nbytes();
     if (layer.layer_scalar.defined()) bytes += layer.layer_scalar.nbytes();
-    if (layer.moe) bytes += layer.moe->router.nbytes();
+    if (layer.moe && layer.moe->gemma4_router) {
+      const auto& r = *layer.moe->gemma4_router;
+      bytes += r.proj.nbytes() + r.scale.nbytes() + r.per_expert_scale.nbytes();
+      bytes += layer.post_ff_norm_1->nbytes() + layer.pre_ff_norm_2->nbytes() + layer.post_ff_norm_2->nbytes();
+    } else if (layer.moe) {
+      bytes += layer.moe->router.nbytes();
+    }
     for (const auto* l : layer.linears()) {
       if (l->bias) bytes += l->bias->nbytes();
     }
@@ -80,6 +86,13 @@ model::ModelConfig mixed_qwen3_moe() {
   c.num_layers = 3;
   c.sliding_window.assign(3, std::nullopt);
   c.moe->sparse = {true, false, true};
+  return c;
+}
+
+// Gemma 4 with enable_moe_block: 5 experts of width 24, top-2, beside the dense MLP on both layers.
+model::ModelConfig gemma4_moe() {
+  auto c = model::preset_config(model::Architecture::gemma4, "tiny");
+  c.moe = model::gemma4_moe_config(c.num_layers, 5, 2, 24);
   return c;
 }
 
@@ -116,6 +129,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
         std::pair{"gemma4 tiny", model::preset_config(model::Architecture::gemma4, "tiny")},
         std::pair{"odd qwen2", odd_qwen2()},
         std::pair{"qwen3_moe tiny", mixed_qwen3_moe()},
+        std::pair{"gemma4 tiny moe", gemma4_moe()},
         std::pair{"mixtral tiny, experts unquantized", model::preset_config(model::Architecture::mixtral, "tiny")}}) {
     const bool quantize_experts = std::string(name).find("unquantized") == std::string::npos;
     const auto folder_dir = dir / name;
@@ -131,7 +145,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       lora::LoraConfig lora;
       lora.r = 5;
       lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
-      lora.target_parameters = {"mlp.experts.gate_up_proj", "layers.2.mlp.experts.down_proj"};
+      lora.target_parameters = {"experts.gate_up_proj", "layers.2.mlp.experts.down_proj", "layers.1.experts.down_proj"};
       model::attach_new_lora(lm, lora, 1);
       MemoryShape shape;
       shape.quant = v.quant;
@@ -196,7 +210,8 @@ TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
 // 27.06 MB for a sliding layer's linears (0.51587 B per parameter there; qtrain stores a 1 KiB
 // code per tensor where that count has 1092 B, 0.0005 MB a layer).
 TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
-  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  c.moe.reset();  // the experts: Gemma4MoeMatchesTheReferenceCounts
   ASSERT_EQ(c.num_layers, 30);
   auto params = [&](int64_t layer) {
     int64_t bytes = 0;
@@ -214,6 +229,47 @@ TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
   EXPECT_NEAR(sliding / 1e6, 27.06, 0.005);
 }
 
+// Gemma-4-26B-A4B with its experts against the counts computed from the released config and
+// transformers' module shapes: per layer 761 266 176 expert parameters (128 x (1408 x 2816 +
+// 2816 x 704)) beside attention and the dense MLP; in all 25 233 141 790 parameters (25.2 B),
+// 3 822 530 590 (3.8 B) active per token (the embeddings, attention, dense MLP, router, norms and
+// 8 of the 128 experts); the experts of a layer in NF4 with double quantization 392.72 MB at
+// 0.51587 B per parameter, plus the 1 KiB code qtrain stores per tensor (256 tensors).
+TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  ASSERT_TRUE(c.moe);
+  auto dense = c;
+  dense.moe.reset();
+  auto sum = [](const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); };
+  auto params = [&](const model::ModelConfig& config, int64_t layer) {
+    return sum(layer_weight_nbytes(config, layer, QuantSpec{}, at::kFloat)) / 4;
+  };
+  EXPECT_EQ(params(c, 0), 34603008 + 17842176 + 761266176);
+  EXPECT_EQ(params(c, 5), 49020928 + 17842176 + 761266176);
+  MemoryShape shape;
+  shape.dtype = at::kFloat;
+  const auto in = estimate_memory(c, shape);
+  const int64_t rope_dims = c.rope_head_dim(false) + c.rope_head_dim(true);
+  int64_t total = (in.fixed_bytes - rope_dims / 2 * 4) / 4, active = total;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    total += params(c, i);
+    const int64_t experts = params(c, i) - params(dense, i);
+    active += params(dense, i) + experts * c.moe->top_k / c.moe->num_experts;
+  }
+  EXPECT_EQ(total, int64_t{25233141790});
+  EXPECT_EQ(active, int64_t{3822530590});
+  QuantSpec nf4;
+  nf4.kind = QuantSpec::Kind::nf4;
+  nf4.double_quant = true;
+  const int64_t experts_nf4 =
+      sum(layer_weight_nbytes(c, 0, nf4, at::kBFloat16)) - sum(layer_weight_nbytes(dense, 0, nf4, at::kBFloat16));
+  EXPECT_NEAR(experts_nf4 / 1e6, 392.72 + 256 * 1024 / 1e6, 0.01);
+  // quantize_moe_experts: false keeps them in bfloat16.
+  EXPECT_EQ(sum(layer_weight_nbytes(c, 0, nf4, at::kBFloat16, false)) -
+                sum(layer_weight_nbytes(dense, 0, nf4, at::kBFloat16)),
+            761266176 * 2);
+}
+
 // What the forward leaves allocated for backward on the CPU (StepStats::activation_bytes, the
 // heap's growth over train_forward), against the estimate of the same: every layer's saved
 // activations and those outside the layers. Within 5%: the heap also holds malloc's headers, the
@@ -223,10 +279,7 @@ TEST(MemoryEstimate, Gemma4DenseLayersMatchTheReferenceCounts) {
 // Gemma 2 (four norms, GeGLU, soft-capped unfused attention on the full layers, a window of 64
 // on the others), Gemma 3 (q/k norms, two rope tables) and Gemma 4 (v norm, a wider full layer
 // without v_proj, layer_scalar) in float32 and bfloat16 without dropout.
-class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
-
-TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
-  const auto arch = GetParam();
+model::ModelConfig activations_config(model::Architecture arch) {
   auto config = model::preset_config(arch, "tiny");
   config.hidden_size = 128;
   config.intermediate_size = 352;
@@ -242,6 +295,10 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
     config.sliding_window = {64, 64, std::nullopt};
     config.layer_attention = {{32, 2, false}, {32, 2, false}, {64, 1, true}};
   }
+  return config;
+}
+
+void check_activations(const model::ModelConfig& config) {
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
   const auto folder = io::HfFolder::open(dir);
@@ -297,6 +354,20 @@ TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
+
+TEST_P(MemoryEstimateActivations, MatchWhatAForwardKeepsOnTheCpu) {
+  check_activations(activations_config(GetParam()));
+}
+
+// Gemma 4's layers with 6 experts of width 40, top-2, beside the dense MLP: the experts' rows,
+// the router's tensors and the four more norms (all-linear LoRA leaves the experts unadapted).
+TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
+  auto config = activations_config(model::Architecture::gemma4);
+  config.moe = model::gemma4_moe_config(config.num_layers, 6, 2, 40);
+  check_activations(config);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures,

@@ -1,6 +1,6 @@
 // Scheduling of MoE layers: checkpointing on or off, and layers offloaded (simulated copy
 // engine, experts and all) or resident, give bitwise-identical losses and LoRA gradients,
-// attention and expert LoRA alike, on the Mixtral fixture with NF4 experts.
+// attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,16 +13,17 @@
 namespace qtrain::engine::schedule {
 namespace {
 
-model::CausalLM load_with_lora() {
+model::CausalLM load_with_lora(const std::string& name) {
   model::LoadOptions o;
   o.quant.kind = model::QuantSpec::Kind::nf4;
   o.quant.double_quant = true;
-  auto lm = model::CausalLM::load(io::HfFolder::open(test::moe_fixture("mixtral") / "base"), o);
+  auto lm = model::CausalLM::load(io::HfFolder::open(test::moe_fixture(name) / "base"), o);
   lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;
   c.target_modules = {"q_proj", "o_proj"};
-  c.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  const auto& experts = lm.config().moe->experts_path;
+  c.target_parameters = {experts + ".gate_up_proj", experts + ".down_proj"};
   model::attach_new_lora(lm, c, 11);
   at::manual_seed(5);
   at::NoGradGuard no_grad;
@@ -34,10 +35,13 @@ struct Steps {
   std::vector<at::Tensor> losses, grads;
 };
 
-Steps two_steps(model::CausalLM& lm, std::shared_ptr<WeightResidency> residency, CheckpointPolicy policy) {
+Steps two_steps(const std::string& name,
+                model::CausalLM& lm,
+                std::shared_ptr<WeightResidency> residency,
+                CheckpointPolicy policy) {
   LayerScheduler scheduler(lm, std::move(residency));
   const auto plan = scheduler.prepare_training(policy);
-  const auto ref = io::SafetensorsFile::open(test::moe_fixture("mixtral") / "reference.safetensors");
+  const auto ref = io::SafetensorsFile::open(test::moe_fixture(name) / "reference.safetensors");
   Steps r;
   for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
   for (int step = 0; step < 2; ++step) {
@@ -58,17 +62,28 @@ void expect_identical(const Steps& a, const Steps& b, const std::string& what) {
   }
 }
 
-TEST(MoeSchedule, CheckpointingAndOffloadChangeNoLossAndNoGradientBit) {
-  auto lm = load_with_lora();
-  // q and o on 3 layers, gate_up and down experts on 3 sparse layers, A and B each.
-  ASSERT_EQ(lm.trainable_parameters().size(), size_t{(3 * 2 + 3 * 2) * 2});
-  const auto plain = two_steps(lm, nullptr, CheckpointPolicy::none);
+class MoeSchedule : public testing::TestWithParam<std::string> {};
+
+TEST_P(MoeSchedule, CheckpointingAndOffloadChangeNoLossAndNoGradientBit) {
+  const auto& name = GetParam();
+  auto lm = load_with_lora(name);
+  // q and o on every layer, gate_up and down experts on every layer (all are sparse in both
+  // fixtures: Mixtral's 3, Gemma 4's 5), A and B each.
+  const size_t layers = lm.layers().size();
+  ASSERT_EQ(layers, name == "mixtral" ? 3u : 5u);
+  ASSERT_EQ(lm.trainable_parameters().size(), (layers * 2 + layers * 2) * 2);
+  const auto plain = two_steps(name, lm, nullptr, CheckpointPolicy::none);
   for (const auto& g : plain.grads) EXPECT_GT(g.abs().max().item<double>(), 0.0);
-  expect_identical(plain, two_steps(lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
+  expect_identical(plain, two_steps(name, lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
   auto offloaded = std::make_shared<OffloadedWeights>(
       lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
-  expect_identical(plain, two_steps(lm, offloaded, CheckpointPolicy::every_layer), "offload");
+  expect_identical(plain, two_steps(name, lm, offloaded, CheckpointPolicy::every_layer), "offload");
 }
+
+INSTANTIATE_TEST_SUITE_P(Families,
+                         MoeSchedule,
+                         testing::Values("mixtral", "gemma4_moe"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
 }  // namespace qtrain::engine::schedule
