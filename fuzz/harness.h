@@ -12,6 +12,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include <unistd.h>
 
@@ -31,16 +32,23 @@ void expect_clean(F&& parse) {
 }
 
 // A folder of this process's own in /dev/shm (in memory, so that the many small files the
-// path-taking parsers need cost no disk I/O), made on first use.
+// path-taking parsers need cost no disk I/O), made on first use and removed at exit.
 inline const std::filesystem::path& scratch_dir() {
-  static const std::filesystem::path dir = [] {
-    const char* shm = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
-    std::filesystem::path d = std::filesystem::path(shm) / ("qtrain-fuzz-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(d);
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
+  struct Scratch {
+    std::filesystem::path dir;
+    Scratch() {
+      const char* shm = std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp";
+      dir = std::filesystem::path(shm) / ("qtrain-fuzz-" + std::to_string(::getpid()));
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch;
+  return scratch.dir;
 }
 
 inline void write_file(const std::filesystem::path& path, std::string_view bytes) {
