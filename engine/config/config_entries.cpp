@@ -4,7 +4,10 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <sstream>
 #include <utility>
+
+#include <yaml-cpp/eventhandler.h>
 
 #include "engine/config/config_keys.h"
 #include "engine/config/key_suggestion.h"
@@ -116,10 +119,39 @@ Entry parse_override(const std::string& argument) {
   return entry;
 }
 
+// Note [Stray comma]
+// yaml-cpp 0.7 reads a `,` outside brackets at the top level as an empty document without
+// consuming it, so YAML::LoadAll never returns on such a file (fuzz/run_config_fuzz found it; the
+// regression test is in run_config_test.cpp). The documents are therefore counted first, up to
+// kMaxYamlDocuments, by a parser pass that only counts, and the one document is loaded after.
+namespace {
+
+constexpr size_t kMaxYamlDocuments = 64;
+
+class IgnoreEvents : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+}  // namespace
+
 YAML::Node load_document(const std::string& text, const std::string& source) {
-  std::vector<YAML::Node> documents;
+  size_t documents = 0;
+  YAML::Node root;
   try {
-    documents = YAML::LoadAll(text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    IgnoreEvents ignore;
+    while (documents <= kMaxYamlDocuments && parser.HandleNextDocument(ignore)) ++documents;
+    if (documents == 1) root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     TORCH_CHECK(false,
                 Origin::file(source).at(e.mark),
@@ -128,16 +160,21 @@ YAML::Node load_document(const std::string& text, const std::string& source) {
                 "; fix the syntax at that place or just before it (an unclosed bracket or quote starts earlier): "
                 "`key: value` lines, lists as [a, b] or `- item` lines, indentation with spaces");
   }
-  TORCH_CHECK(!documents.empty() && !documents[0].IsNull(),
+  TORCH_CHECK(documents <= kMaxYamlDocuments,
+              source,
+              ": invalid YAML: the parser finds more than ",
+              kMaxYamlDocuments,
+              " documents, which a `,` outside brackets causes (or as many `---` lines); a run config is one map "
+              "of `key: value` lines: remove the stray comma or put the list in brackets [a, b]");
+  TORCH_CHECK(documents <= 1,
+              source,
+              ": the file holds ",
+              documents,
+              " YAML documents (separated by ---); a run config is one");
+  TORCH_CHECK(documents == 1 && !root.IsNull(),
               source,
               ": the file is empty; a run config is a YAML map such as `base_model: ./model` "
               "(see docs/CONFIG.md)");
-  TORCH_CHECK(documents.size() == 1,
-              source,
-              ": the file holds ",
-              documents.size(),
-              " YAML documents (separated by ---); a run config is one");
-  const YAML::Node& root = documents[0];
   TORCH_CHECK(root.IsMap(),
               Origin::file(source).at(root.Mark()),
               ": the top level is ",

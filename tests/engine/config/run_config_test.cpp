@@ -588,6 +588,10 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {"- base_model: m\n", {}, "run.yaml:1:1: the top level is a list, not a map"},
       {"just a sentence\n", {}, "run.yaml:1:1: the top level is a single value, not a map"},
       {kHead + "---\nlora_r: 8\n", {}, "run.yaml: the file holds 2 YAML documents"},
+      // found by fuzz/run_config_fuzz (fuzz/regressions/run_config/stray-comma.yaml): yaml-cpp's LoadAll
+      // never returned; see Note [Stray comma] in config_entries.cpp
+      {",", {}, "run.yaml: invalid YAML: the parser finds more than 64 documents, which a `,` outside brackets"},
+      {"base_model: m\n,\n", {}, "run.yaml:2:1: invalid YAML: "},
       // datasets
       {kHead + "datasets:\n  - type: alpaca\n",
        {},
