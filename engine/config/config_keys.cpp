@@ -19,6 +19,7 @@ const std::vector<std::string> kKeys = {
     "llm_int8_threshold",
     "int8_compute",
     "quantize_moe_experts",
+    "model_config",
     "adapter",
     "lora_r",
     "lora_alpha",

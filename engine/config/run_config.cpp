@@ -73,6 +73,26 @@ RunConfig read_config(Reader& r) {
                "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
   c.int8_compute = r.choice("int8_compute", c.int8_compute, {"dequantize", "llm_int8"});
   c.quantize_moe_experts = r.boolean("quantize_moe_experts", c.quantize_moe_experts);
+  r.guard({"model_config"}, [&] {
+    const Entry* e = r.find("model_config");
+    if (!e) return;
+    const std::string example = "model_config: {output_router_logits: true}";
+    if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
+    for (const Entry& inner : map_entries(e->value, e->origin, "model_config.")) {
+      const std::string name = inner.key.substr(std::string("model_config.").size());
+      if (name == "output_router_logits") {
+        c.output_router_logits = r.boolean_of(inner);
+      } else if (name == "router_aux_loss_coef") {
+        c.router_aux_loss_coef =
+            r.number_of(inner, at_least(0), "use a coefficient such as 0.001 (transformers' default) or 0.02");
+      } else {
+        fail(inner.key_place(),
+             inner.key,
+             "qtrain reads only output_router_logits and router_aux_loss_coef from model_config; change other "
+             "values in the model's config.json");
+      }
+    }
+  });
 
   // axolotl's `adapter:` left blank means a full fine-tune, which qtrain does not do; that must
   // not turn into LoRA silently.

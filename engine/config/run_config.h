@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,11 @@ struct RunConfig {
   // Quantize the routed experts of MoE layers (per expert, as load_in_4bit / load_in_8bit say);
   // false keeps them in the compute dtype. Routers are never quantized.
   bool quantize_moe_experts = true;
+  // axolotl's model_config map: values that replace those of the model's config.json. qtrain
+  // reads the two of the load-balancing loss of Qwen3-MoE and Mixtral (docs/MODELS.md); unset:
+  // config.json's.
+  std::optional<bool> output_router_logits;
+  std::optional<double> router_aux_loss_coef;
 
   // --- LoRA ---
   // "qlora" (LoRA on a 4-bit base; requires load_in_4bit) or "lora". Default: "qlora" when

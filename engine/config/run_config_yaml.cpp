@@ -56,6 +56,10 @@ std::string to_yaml(const RunConfig& c) {
   line("llm_int8_threshold", format_double(c.llm_int8_threshold));
   line("int8_compute", c.int8_compute);
   line("quantize_moe_experts", boolean_text(c.quantize_moe_experts));
+  std::vector<std::string> model_config;
+  if (c.output_router_logits) model_config.push_back("output_router_logits: " + boolean_text(*c.output_router_logits));
+  if (c.router_aux_loss_coef) model_config.push_back("router_aux_loss_coef: " + format_double(*c.router_aux_loss_coef));
+  line("model_config", "{" + join(model_config, ", ") + "}");
   line("adapter", c.adapter);
   line("lora_r", std::to_string(c.lora_r));
   line("lora_alpha", format_double(c.lora_alpha));

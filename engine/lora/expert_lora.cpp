@@ -7,13 +7,19 @@
 
 namespace qtrain::engine::lora {
 
-LoraAdapter ExpertLora::expert(int64_t e) const {
-  TORCH_CHECK(e >= 0 && e < num_experts, "expert ", e, " is outside 0..", num_experts - 1);
+std::vector<LoraAdapter> ExpertLora::experts() const {
   const int64_t r = rank();
-  LoraAdapter a = stacked;
-  a.a = stacked.a.narrow(0, e * r, r);
-  a.b = stacked.b.slice(/*dim=*/1, /*start=*/e, /*end=*/stacked.b.size(1), /*step=*/num_experts);
-  return a;
+  // A [r*E, in] is expert-major, B [out, r*E] expert-minor (See Note [Expert LoRA layout]).
+  const auto as = stacked.a.view({num_experts, r, stacked.a.size(1)}).unbind(0);
+  const auto bs = stacked.b.view({stacked.b.size(0), r, num_experts}).unbind(2);
+  std::vector<LoraAdapter> out;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    LoraAdapter a = stacked;
+    a.a = as[e];
+    a.b = bs[e];
+    out.push_back(a);
+  }
+  return out;
 }
 
 ExpertLora expert_lora_init(int64_t num_experts,

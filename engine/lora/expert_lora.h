@@ -22,6 +22,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "engine/lora/lora_config.h"
 #include "engine/lora/lora_linear.h"
@@ -33,8 +34,10 @@ struct ExpertLora {
   int64_t num_experts = 0;
 
   int64_t rank() const { return stacked.a.size(0) / num_experts; }
-  // Expert e's adapter as views of the stacked tensors (gradients flow into them).
-  LoraAdapter expert(int64_t e) const;
+  // Every expert's adapter, expert e's at [e], as views of the stacked tensors (gradients flow
+  // into them). One unbind per stacked tensor: backward gathers the E gradients in one stack,
+  // where E separate slices would each add a zero-filled [r*E, in] (or [out, r*E]) tensor.
+  std::vector<LoraAdapter> experts() const;
 };
 
 // PEFT's initialisation (see Note [Expert LoRA layout]); A drawn from `gen` (a CPU generator).

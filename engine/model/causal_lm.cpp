@@ -190,7 +190,9 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
               t,
               " is not supported; use float32, bfloat16 or float16");
   CausalLM m;
-  m.config_ = ModelConfig::from_json(folder.config(), (folder.dir() / "config.json").string());
+  auto config = folder.config();
+  for (const auto& [key, value] : options.model_config.items()) config[key] = value;
+  m.config_ = ModelConfig::from_json(config, (folder.dir() / "config.json").string());
   m.dtype_ = t;
   m.device_ = options.device;
   const auto& c = m.config_;

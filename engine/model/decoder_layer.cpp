@@ -64,7 +64,13 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
   }
   if (moe) {
     auto h1 = h + a;
-    return h1 + moe->forward(norm(h1, post_attn_norm), *c.moe, training, inputs.router_logits);
+    std::vector<at::Tensor> logits;
+    auto* record = inputs.router_logits != nullptr ? inputs.router_logits : &logits;
+    auto y = moe->forward(norm(h1, post_attn_norm), *c.moe, training, record);
+    if (inputs.router_loads != nullptr) {
+      inputs.router_loads->push_back(router_load(record->back(), inputs.router_token_weights, c.moe->top_k));
+    }
+    return h1 + y;
   }
   auto h1 = h + a;
   return h1 + mlp(norm(h1, post_attn_norm));

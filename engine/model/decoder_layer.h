@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "engine/model/linear_layer.h"
+#include "engine/model/load_balancing.h"
 #include "engine/model/model_config.h"
 #include "engine/model/moe_block.h"
 #include "ops/nn/rope.h"
@@ -72,6 +73,11 @@ struct LayerInputs {
   // When set, every sparse layer's forward appends its router logits [B*T, E] here, in layer
   // order (transformers' output_router_logits). Layers run under a checkpoint do not record.
   std::vector<at::Tensor>* router_logits = nullptr;
+  // When set, every sparse layer's forward appends its RouterLoad here, in layer order, weighting
+  // the tokens by router_token_weights (float32 [B*T]: 1 on a token, 0 on padding). See Note
+  // [Load-balancing loss]; unlike router_logits, checkpointed layers record too.
+  std::vector<RouterLoad>* router_loads = nullptr;
+  at::Tensor router_token_weights;
 
   // The tables a layer uses: its own for a sliding layer where there are any.
   const ops::RopeTables& rope_for(bool sliding) const {

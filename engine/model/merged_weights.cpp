@@ -28,16 +28,17 @@ struct MergedExperts {
   std::vector<at::Tensor> gate_up, down;  // per expert, float32
 };
 
-at::Tensor merged(const LinearLayer& l, const std::optional<lora::ExpertLora>& lora, int64_t e) {
-  const auto w = l.dense_weight(at::kFloat);
-  return lora ? lora::lora_merged_weight(w, lora->expert(e)) : w;
-}
-
 MergedExperts merge_experts(const MoeExperts& ex) {
+  const auto gate_up_lora = ex.gate_up_lora ? ex.gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
+  const auto down_lora = ex.down_lora ? ex.down_lora->experts() : std::vector<lora::LoraAdapter>{};
+  auto merged = [](const LinearLayer& l, const std::vector<lora::LoraAdapter>& lora, int64_t e) {
+    const auto w = l.dense_weight(at::kFloat);
+    return lora.empty() ? w : lora::lora_merged_weight(w, lora[e]);
+  };
   MergedExperts m;
   for (int64_t e = 0; e < ex.num_experts(); ++e) {
-    m.gate_up.push_back(merged(ex.gate_up[e], ex.gate_up_lora, e));
-    m.down.push_back(merged(ex.down[e], ex.down_lora, e));
+    m.gate_up.push_back(merged(ex.gate_up[e], gate_up_lora, e));
+    m.down.push_back(merged(ex.down[e], down_lora, e));
   }
   return m;
 }

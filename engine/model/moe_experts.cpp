@@ -29,19 +29,22 @@ at::Tensor MoeExperts::forward(const at::Tensor& x, const Routing& routing, bool
   auto [sorted, perm] = at::sort(routing.experts.reshape({-1}));
   const auto rows = x.index_select(0, at::floor_divide(perm, k));  // [T*K, H], grouped by expert
   const auto counts = rows_per_expert(sorted, e_count);
+  // One split (and one unbind per LoRA tensor): their backward assembles the experts' gradients
+  // in one go, where a slice per expert would add E zero-filled [T*K, H] tensors.
+  const auto blocks = rows.split_with_sizes(counts);
+  const auto gate_up_loras = gate_up_lora ? gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
+  const auto down_loras = down_lora ? down_lora->experts() : std::vector<lora::LoraAdapter>{};
   std::vector<at::Tensor> outputs;
-  int64_t offset = 0;
   for (int64_t e = 0; e < e_count; ++e) {
     if (counts[e] == 0) continue;
-    const auto block = rows.narrow(0, offset, counts[e]);
-    offset += counts[e];
+    const auto& block = blocks[e];
     auto gu = gate_up[e].forward(block, training);
-    if (gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_lora->expert(e), training);
+    if (gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_loras[e], training);
     const auto parts = gu.chunk(2, -1);
     const auto g = act == Activation::gelu_tanh ? at::gelu(parts[0], "tanh") : at::silu(parts[0]);
     const auto h = g * parts[1];
     auto y = down[e].forward(h, training);
-    if (down_lora) y = y + lora::lora_delta(h, down_lora->expert(e), training);
+    if (down_lora) y = y + lora::lora_delta(h, down_loras[e], training);
     outputs.push_back(y);
   }
   // Weighted rows back in (token, slot) order, then the K slots summed (see the Note).

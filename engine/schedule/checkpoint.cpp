@@ -8,26 +8,42 @@
 
 namespace qtrain::engine::schedule {
 namespace {
-// An empty segments tensor stands for "no segments": autograd rejects undefined inputs.
-// The checkpoint saves only the rope tables its layer uses (LayerInputs::rope_for).
-model::LayerInputs layer_inputs(const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& segments) {
-  return {ops::RopeTables{cos, sin}, {}, segments.numel() > 0 ? segments : at::Tensor()};
+// An empty segments (token weights) tensor stands for "no segments" ("no router load"): autograd
+// rejects undefined inputs. The checkpoint saves only the rope tables its layer uses
+// (LayerInputs::rope_for). `loads` receives the layer's router load when token weights are given.
+model::LayerInputs layer_inputs(const at::Tensor& cos,
+                                const at::Tensor& sin,
+                                const at::Tensor& segments,
+                                const at::Tensor& token_weights,
+                                std::vector<model::RouterLoad>* loads) {
+  model::LayerInputs in{ops::RopeTables{cos, sin}, {}, segments.numel() > 0 ? segments : at::Tensor()};
+  if (token_weights.numel() > 0) {
+    in.router_loads = loads;
+    in.router_token_weights = token_weights;
+  }
+  return in;
 }
 }  // namespace
 
-at::Tensor CheckpointFunction::forward(torch::autograd::AutogradContext* ctx,
-                                       const at::Tensor& h,
-                                       const at::Tensor& cos,
-                                       const at::Tensor& sin,
-                                       const at::Tensor& segments,
-                                       at::TensorList params,
-                                       const CheckpointContext* context) {
+torch::autograd::variable_list CheckpointFunction::forward(torch::autograd::AutogradContext* ctx,
+                                                           const at::Tensor& h,
+                                                           const at::Tensor& cos,
+                                                           const at::Tensor& sin,
+                                                           const at::Tensor& segments,
+                                                           const at::Tensor& token_weights,
+                                                           at::TensorList params,
+                                                           const CheckpointContext* context) {
   ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
   ctx->saved_data["rng"] = rng_state(h.device());
   ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
-  ctx->save_for_backward({h, cos, sin, segments});
+  ctx->save_for_backward({h, cos, sin, segments, token_weights});
   // apply() runs this under no-grad: nothing inside the layer is recorded or kept.
-  return context->layer->forward(h, layer_inputs(cos, sin, segments), *context->config, context->training);
+  std::vector<model::RouterLoad> loads;
+  auto out = context->layer->forward(
+      h, layer_inputs(cos, sin, segments, token_weights, &loads), *context->config, context->training);
+  if (loads.empty()) return {out};
+  ctx->mark_non_differentiable({loads[0].counts});
+  return {out, loads[0].prob_sum, loads[0].counts};
 }
 
 torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::AutogradContext* ctx,
@@ -41,10 +57,11 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   context->residency->acquire(layer);
   auto h_in = h.detach().requires_grad_(h.requires_grad());
   at::Tensor out;
+  std::vector<model::RouterLoad> loads;  // the recompute's: differentiated, never recorded
   {
     RngStateGuard rng(h.device(), ctx->saved_data.at("rng").toTensor());
-    out =
-        context->layer->forward(h_in, layer_inputs(saved[1], saved[2], saved[3]), *context->config, context->training);
+    out = context->layer->forward(
+        h_in, layer_inputs(saved[1], saved[2], saved[3], saved[4], &loads), *context->config, context->training);
   }
   ++*context->recomputed;
   // Differentiate the recomputed layer w.r.t. its input and its LoRA tensors and return the
@@ -53,11 +70,20 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   if (h_in.requires_grad()) inputs.push_back(h_in);
   const auto params = context->layer->trainable_parameters();
   inputs.insert(inputs.end(), params.begin(), params.end());
+  torch::autograd::variable_list outputs, output_grads;
+  if (out.requires_grad()) {
+    outputs.push_back(out);
+    output_grads.push_back(grad_out[0]);
+  }
+  if (!loads.empty() && grad_out.size() > 1 && grad_out[1].defined() && loads[0].prob_sum.requires_grad()) {
+    outputs.push_back(loads[0].prob_sum);
+    output_grads.push_back(grad_out[1]);
+  }
   torch::autograd::variable_list grads;
-  if (!inputs.empty() && out.requires_grad()) {
-    grads = torch::autograd::grad({out},
+  if (!inputs.empty() && !outputs.empty()) {
+    grads = torch::autograd::grad(outputs,
                                   inputs,
-                                  {grad_out[0]},
+                                  output_grads,
                                   /*retain_graph=*/false,
                                   /*create_graph=*/false,
                                   /*allow_unused=*/true);
@@ -69,6 +95,7 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   result.push_back(at::Tensor());  // cos
   result.push_back(at::Tensor());  // sin
   result.push_back(at::Tensor());  // segments
+  result.push_back(at::Tensor());  // token weights
   for (size_t i = 0; i < params.size(); ++i) result.push_back(grads.empty() ? at::Tensor() : grads[next++]);
   result.push_back(at::Tensor());  // context
   return result;
@@ -76,9 +103,14 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
 
 at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inputs, const CheckpointContext& ctx) {
   const auto params = ctx.layer->trainable_parameters();
-  const auto segments = inputs.segments.defined() ? inputs.segments : at::empty({0}, h.options().dtype(at::kLong));
+  const auto empty = at::empty({0}, h.options().dtype(at::kLong));
+  const auto& segments = inputs.segments.defined() ? inputs.segments : empty;
+  const bool record = inputs.router_loads != nullptr && ctx.layer->moe.has_value();
+  const auto token_weights = record ? inputs.router_token_weights : empty.to(at::kFloat);
   const auto& rope = inputs.rope_for(ctx.layer->sliding_window.has_value());
-  return CheckpointFunction::apply(h, rope.cos, rope.sin, segments, at::TensorList(params), &ctx);
+  auto outs = CheckpointFunction::apply(h, rope.cos, rope.sin, segments, token_weights, at::TensorList(params), &ctx);
+  if (outs.size() > 1) inputs.router_loads->push_back({outs[1], outs[2]});
+  return outs[0];
 }
 
 }  // namespace qtrain::engine::schedule

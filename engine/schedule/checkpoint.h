@@ -25,19 +25,24 @@ struct CheckpointContext {
   bool training = true;
 };
 
-// h: [B, T, H]. Returns the layer output; the graph it records is one node.
+// h: [B, T, H]. Returns the layer output; the graph it records is one node. A sparse layer asked
+// for its RouterLoad (inputs.router_loads) appends it as the layer's forward does: its prob_sum is
+// a second output of the node, so the load-balancing loss back-propagates through the recompute,
+// whose own RouterLoad is used for that and never recorded (See Note [Load-balancing loss]).
 at::Tensor checkpointed_layer(const at::Tensor& h, const model::LayerInputs& inputs, const CheckpointContext& ctx);
 
 struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
-  // Tensor arguments: h, the rope tables, the segments (an empty tensor when unused), then the
-  // layer's LoRA tensors.
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx,
-                            const at::Tensor& h,
-                            const at::Tensor& cos,
-                            const at::Tensor& sin,
-                            const at::Tensor& segments,
-                            at::TensorList params,
-                            const CheckpointContext* context);
+  // Tensor arguments: h, the rope tables, the segments (an empty tensor when unused), the router
+  // token weights (an empty tensor when the router load is not recorded), then the layer's LoRA
+  // tensors. Outputs: the layer output, and with a recorded router load its prob_sum and counts.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& h,
+                                                const at::Tensor& cos,
+                                                const at::Tensor& sin,
+                                                const at::Tensor& segments,
+                                                const at::Tensor& token_weights,
+                                                at::TensorList params,
+                                                const CheckpointContext* context);
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out);
 };

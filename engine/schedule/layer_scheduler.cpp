@@ -94,8 +94,19 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
   stats_ = StepStats{plan.num_checkpointed(), 0, 0};
   const int64_t before = heap_in_use(model_.device());
   at::AutoGradMode grad(true);
-  auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_inputs(inputs));
+  auto layer_in = layer_inputs(inputs);
+  const auto& moe = model_.config().moe;
+  std::vector<model::RouterLoad> loads;
+  if (moe && moe->output_router_logits) {
+    layer_in.router_loads = &loads;
+    layer_in.router_token_weights =
+        inputs.attention_mask.defined()
+            ? inputs.attention_mask.to(model_.device(), at::kFloat).reshape({-1})
+            : at::ones({inputs.input_ids.numel()}, at::TensorOptions().dtype(at::kFloat).device(model_.device()));
+  }
+  auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_in);
   auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels);
+  aux_loss_ = loads.empty() ? at::Tensor() : model::load_balancing_loss(loads, layer_in.router_token_weights);
   stats_.activation_bytes = heap_in_use(model_.device()) - before;
   return {sum, tokens};
 }
@@ -111,7 +122,7 @@ LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const StepInputs
 at::Tensor LayerScheduler::eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids) {
   TORCH_CHECK(!plan.training(), "eval_hidden needs an eval plan; make it with prepare_eval()");
   at::NoGradGuard no_grad;
-  return model_.final_norm(run_layers(plan, model_.embed(ids), layer_inputs(StepInputs{ids, {}, {}, {}})));
+  return model_.final_norm(run_layers(plan, model_.embed(ids), layer_inputs(StepInputs{ids, {}, {}, {}, {}})));
 }
 
 const StepStats& LayerScheduler::stats() const {

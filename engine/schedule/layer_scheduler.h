@@ -29,6 +29,9 @@ struct StepInputs {
   at::Tensor labels;        // int64 [B, T], transformers' convention (shifted inside)
   at::Tensor position_ids;  // int64 [B, T] or undefined
   at::Tensor segment_ids;   // int64 [B, T] or undefined
+  // [B, T], 1 on a token and 0 on padding (transformers' attention_mask); undefined: no padding.
+  // Only the load-balancing loss reads it (See Note [Load-balancing loss]).
+  at::Tensor attention_mask;
 };
 
 struct LossResult {
@@ -50,17 +53,21 @@ class LayerScheduler {
   // A training plan is required; gradients are not computed here.
   LossResult train_forward(const ExecutionPlan& plan, const StepInputs& inputs);
   LossResult train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
-    return train_forward(plan, StepInputs{ids, labels, {}, {}});
+    return train_forward(plan, StepInputs{ids, labels, {}, {}, {}});
   }
   // No graph, no dropout; an eval plan is required. Returns the summed loss and token count.
   LossResult eval_loss(const ExecutionPlan& plan, const StepInputs& inputs);
   LossResult eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
-    return eval_loss(plan, StepInputs{ids, labels, {}, {}});
+    return eval_loss(plan, StepInputs{ids, labels, {}, {}, {}});
   }
   // Final-norm hidden states [B, T, H] (for logits), under an eval plan.
   at::Tensor eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids);
 
   const StepStats& stats() const;
+  // The load-balancing loss of the last train_forward (See Note [Load-balancing loss]): float32
+  // scalar, differentiable, before router_aux_loss_coef; undefined unless the model's
+  // output_router_logits asks for it.
+  const at::Tensor& aux_loss() const { return aux_loss_; }
   WeightResidency& residency() { return *residency_; }
   model::CausalLM& model() { return model_; }
 
@@ -76,6 +83,7 @@ class LayerScheduler {
   // backward can read them (a deque: its elements never move).
   std::deque<CheckpointContext> contexts_;
   mutable StepStats stats_;
+  at::Tensor aux_loss_;
 };
 
 }  // namespace qtrain::engine::schedule

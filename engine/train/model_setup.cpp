@@ -45,6 +45,8 @@ model::LoadOptions load_options(const config::RunConfig& config) {
   o.dtype = compute_dtype(config, o.device);
   o.quant = quant_spec(config);
   o.quantize_moe_experts = config.quantize_moe_experts;
+  if (config.output_router_logits) o.model_config["output_router_logits"] = *config.output_router_logits;
+  if (config.router_aux_loss_coef) o.model_config["router_aux_loss_coef"] = *config.router_aux_loss_coef;
   return o;
 }
 

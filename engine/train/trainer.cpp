@@ -52,9 +52,23 @@ schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device,
     if (!t.defined() || !device.is_cuda()) return t;
     return t.pin_memory().to(device, /*non_blocking=*/true);
   };
-  if (!packed) return {to(b.input_ids), to(b.labels), {}, {}};
-  return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids)};
+  // The padding mask only matters to the load-balancing loss, which leaves padding out.
+  const auto mask = to(b.segment_ids >= 0);
+  if (!packed) return {to(b.input_ids), to(b.labels), {}, {}, mask};
+  return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids), mask};
 }
+
+// Note [Load-balancing loss in a step]
+// The HF Trainer calls the model once per micro-batch; Qwen3MoeForCausalLM and MixtralForCausalLM
+// return CE + router_aux_loss_coef * aux, where CE is divided by the step's token count
+// (num_items_in_batch, summed over ranks) and aux is that micro-batch's own (See Note
+// [Load-balancing loss]). The Trainer does not divide that loss by gradient_accumulation_steps
+// (the model took num_items_in_batch), and with several ranks multiplies it by their number before
+// DDP averages the gradients. So each micro-batch on each rank adds coef * its aux to what the
+// step differentiates, and the step's loss as the Trainer logs it is the token-weighted CE plus
+// coef times the sum of the aux of all micro-batches of all ranks. qtrain does the same; the
+// aux_loss it logs is the mean aux per micro-batch (about top_k when the routing is balanced).
+// Evaluation (eval_loss) is the cross-entropy alone.
 
 // Rank r evaluates batches r, r + world_size, ...; the sums are summed over the ranks.
 double evaluate(schedule::LayerScheduler& scheduler,
@@ -262,7 +276,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   };
 
   int64_t consecutive_bad = 0, window_steps = 0, window_tokens = 0, copied_logged = 0, step_logged = state.global_step;
-  double window_loss = 0, last_grad_norm = 0, window_comm = 0;
+  double window_loss = 0, window_aux = 0, last_grad_norm = 0, window_comm = 0;
+  // See Note [Load-balancing loss] (engine/model/load_balancing.h).
+  const auto& moe = lm.config().moe;
+  const bool aux_on = moe && moe->output_router_logits;
+  const double aux_coef = aux_on ? moe->router_aux_loss_coef : 0.0;
   auto window_start = std::chrono::steady_clock::now();
   LossWatchdog watchdog(c.loss_watchdog_threshold, c.loss_watchdog_patience);
   std::fflush(out);
@@ -276,13 +294,20 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       if (i >= share.first && i < share.first + share.count) batches.push_back(std::move(b));
     }
     // Token-weighted mean over the whole step (transformers' num_items_in_batch): each
-    // micro-batch's summed loss is divided by the step's predicted-token count.
-    double step_loss = 0;
+    // micro-batch's summed loss is divided by the step's predicted-token count. The
+    // load-balancing loss is each micro-batch's own, added with its coefficient unscaled, as the
+    // HF Trainer adds the model's (See Note [Load-balancing loss in a step]).
+    double step_loss = 0, step_aux = 0;
     int64_t recomputed = 0;
     try {
       for (const auto& b : batches) {
         const auto r = scheduler.train_forward(plan, step_inputs(b, options.device, c.sample_packing));
-        (r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens))).backward();
+        auto objective = r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens));
+        if (const auto& aux = scheduler.aux_loss(); aux.defined()) {
+          objective = objective + aux_coef * aux;
+          step_aux += aux.item<double>();
+        }
+        objective.backward();
         recomputed += scheduler.stats().layers_recomputed;
         step_loss += r.loss_sum.item<double>();
       }
@@ -293,12 +318,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     const double comm_before = comm.seconds();
     const std::string step_name = "step " + std::to_string(state.global_step + 1);
     sum_gradients(comm, params, "summing the gradients of " + step_name);
-    const auto sums =
-        sum_over_ranks(comm, {step_loss, interrupt.received() != 0 ? 1.0 : 0.0}, "summing the loss of " + step_name);
+    const auto sums = sum_over_ranks(
+        comm, {step_loss, interrupt.received() != 0 ? 1.0 : 0.0, step_aux}, "summing the loss of " + step_name);
     step_loss = sums[0];
     const bool stop = sums[1] > 0;
     window_comm += comm.seconds() - comm_before;
-    step_loss /= static_cast<double>(std::max<int64_t>(1, step_tokens));
+    step_loss = step_loss / static_cast<double>(std::max<int64_t>(1, step_tokens)) + aux_coef * sums[2];
     if (!std::isfinite(step_loss) || !grads_finite(params)) {
       optimizer->zero_grad();
       ++state.skipped_steps;
@@ -321,6 +346,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       optimizer->step(lr_schedule.lr_at(state.global_step));
       optimizer->zero_grad();
       window_loss += step_loss;
+      window_aux += sums[2] / static_cast<double>(step_batches);
       ++window_steps;
     }
     ++state.global_step;
@@ -341,27 +367,33 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       const int64_t copied_per_step = (copied - copied_logged) / steps_in_window;
       copied_logged = copied;
       step_logged = state.global_step;
+      const double aux = window_steps > 0 ? window_aux / window_steps : std::nan("");
       if (metrics) {
-        metrics->log({{"step", state.global_step},
-                      {"epoch", epoch},
-                      {"loss", loss},
-                      {"learning_rate", lr},
-                      {"grad_norm", last_grad_norm},
-                      {"tokens_per_second", tps},
-                      {"peak_memory_bytes", peak},
-                      {"recomputed_layers", recomputed},
-                      {"offload_bytes_per_step", copied_per_step},
-                      {"comm_seconds", window_comm / static_cast<double>(steps_in_window)},
-                      {"skipped_steps", state.skipped_steps}});
+        nlohmann::json row = {{"step", state.global_step},
+                              {"epoch", epoch},
+                              {"loss", loss},
+                              {"learning_rate", lr},
+                              {"grad_norm", last_grad_norm},
+                              {"tokens_per_second", tps},
+                              {"peak_memory_bytes", peak},
+                              {"recomputed_layers", recomputed},
+                              {"offload_bytes_per_step", copied_per_step},
+                              {"comm_seconds", window_comm / static_cast<double>(steps_in_window)},
+                              {"skipped_steps", state.skipped_steps}};
+        if (aux_on) row["aux_loss"] = aux;
+        metrics->log(row);
       }
       const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
+      char aux_text[32] = "";
+      if (aux_on) std::snprintf(aux_text, sizeof aux_text, " (aux %.4f)", aux);
       std::fprintf(
           out,
-          "step %lld/%lld | epoch %.2f | loss %.4f | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
+          "step %lld/%lld | epoch %.2f | loss %.4f%s | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
           static_cast<long long>(state.global_step),
           static_cast<long long>(total),
           epoch,
           loss,
+          aux_text,
           lr,
           last_grad_norm,
           tps,
@@ -372,6 +404,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       result.last_loss = loss;
       watchdog.logged_loss(loss);
       window_loss = 0;
+      window_aux = 0;
       window_steps = 0;
       window_tokens = 0;
       window_comm = 0;

@@ -27,6 +27,10 @@ Each holds:
     base.logits, base.loss, base.topk.<layer> (int64 [tokens, top_k], sorted as torch.topk),
     short.logits, short.topk.<layer>, base.aux_loss (load_balancing_loss_func over the sparse
     layers), base.loss_with_aux (the loss with output_router_logits=True)
+    aux.loss, aux.aux_loss, aux.grad.<module>.lora_A|lora_B   with adapter (train mode) and
+                      output_router_logits: the loss with the aux loss, the aux loss, and the LoRA
+                      gradients of the aux loss alone
+    auxpad.*, auxpad.mask    the same with an attention_mask that pads the end of row 1
     attn.logits, attn.loss, attn.grad.<module>.lora_A|lora_B    with adapter_attn (train mode)
     lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
     gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
@@ -192,9 +196,34 @@ def make_case(name, root):
         loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
                                            os.path.join(root, adapter), is_trainable=True)
         run(loaded, ids, labels, prefix, True, out)
+    if not gemma4:  # transformers' Gemma 4 has no load-balancing loss
+        load_balancing(base_dir, os.path.join(root, "adapter"), ids, labels, out)
     if name in ("qwen3_moe", "gemma4_moe"):
         quantized_experts(base_dir, ids, labels, out)
     save_file({k: v.contiguous() for k, v in out.items()}, os.path.join(root, "reference.safetensors"))
+
+
+def load_balancing(base_dir, adapter_dir, ids, labels, out):
+    """The load-balancing loss with the attention + expert adapter, in train mode, without and with
+    padding (the last 3 tokens of row 1 masked out; their labels are -100 already): the loss as
+    the model returns it with output_router_logits (CE + coef * aux), aux alone, and the LoRA
+    gradients of aux alone (at the default coefficient they would be lost in the CE's)."""
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    for prefix, attention_mask in (("aux.", None), ("auxpad.", mask)):
+        torch.manual_seed(5)
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32),
+                                          adapter_dir, is_trainable=True)
+        model.train()
+        res = model(input_ids=ids, attention_mask=attention_mask, labels=labels, output_router_logits=True)
+        out[prefix + "loss"] = res.loss.detach().reshape(1)
+        out[prefix + "aux_loss"] = res.aux_loss.detach().reshape(1)
+        res.aux_loss.backward()
+        for pname, p in model.named_parameters():
+            if p.requires_grad and p.grad is not None and "lora_" in pname:
+                module = pname.split("base_model.model.")[1].replace(".default.weight", "")
+                out[prefix + "grad." + module] = p.grad.detach().clone()
+    out["auxpad.mask"] = mask
 
 
 def quantized_experts(base_dir, ids, labels, out):

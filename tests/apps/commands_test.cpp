@@ -171,7 +171,7 @@ TEST_F(Commands, MergeFoldsExpertLoraIntoEachExpertLayoutTransformersLoads) {
   // base has: per-expert gate_proj/up_proj/down_proj (qwen3_moe), fused 3-D gate_up_proj and
   // down_proj (qwen3_moe_fused), Mixtral's w1/w3/w2. transformers without peft then computes the
   // loss peft computes on base + adapter.
-  for (const std::string name : {"qwen3_moe", "qwen3_moe_fused", "mixtral"}) {
+  for (const std::string name : {"qwen3_moe", "qwen3_moe_fused", "mixtral", "gemma4_moe"}) {
     SCOPED_TRACE(name);
     const auto fixture = test::moe_fixture(name);
     std::ofstream(dir_ / "moe.yaml") << "base_model: " << (fixture / "base").string()

@@ -51,6 +51,9 @@ bnb_4bit_use_double_quant: false
 bnb_4bit_blocksize: 128
 llm_int8_threshold: 5.5
 int8_compute: llm_int8
+model_config:
+  output_router_logits: true
+  router_aux_loss_coef: 0.02
 adapter: qlora
 lora_r: 32
 lora_alpha: 64
@@ -188,6 +191,9 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_EQ(c.bnb_4bit_blocksize, 128);
   EXPECT_EQ(c.llm_int8_threshold, 5.5);
   EXPECT_EQ(c.int8_compute, "llm_int8");
+  EXPECT_EQ(c.output_router_logits, true);
+  EXPECT_EQ(c.router_aux_loss_coef, 0.02);
+  EXPECT_EQ(parse(kMinimal).output_router_logits, std::nullopt);
   EXPECT_EQ(c.adapter, "qlora");
   EXPECT_EQ(c.lora_r, 32);
   EXPECT_EQ(c.lora_alpha, 64);
@@ -449,6 +455,13 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {},
        "run.yaml:3:1: learning_rte: unknown key 'learning_rte'; did you mean 'learning_rate'?"},
       {kHead + "zzzzzz: 1\n", {}, "run.yaml:3:1: zzzzzz: unknown key 'zzzzzz'; the keys are listed in docs/CONFIG.md"},
+      // model_config: only the load-balancing loss's two values
+      {kHead + "model_config: {num_experts: 4}\n",
+       {},
+       "run.yaml:3:16: model_config.num_experts: qtrain reads only output_router_logits and router_aux_loss_coef "
+       "from model_config; change other values in the model's config.json"},
+      {kHead + "model_config: {router_aux_loss_coef: -1}\n", {}, "model_config.router_aux_loss_coef: "},
+      {kHead + "model_config: true\n", {}, "model_config: expected a map, got 'true'"},
       // wrong types
       {kHead + "lora_r: abc\n", {}, "run.yaml:3:9: lora_r: expected an integer, got 'abc'; use a rank of 1 or more"},
       {kHead + "lora_r: 1.5\n", {}, "run.yaml:3:9: lora_r: expected an integer, got '1.5'"},

@@ -1,7 +1,8 @@
 // Parity with transformers (+ peft) on tiny Qwen3-MoE, Mixtral and Gemma 4 MoE models (float32,
 // CPU): logits, loss and the experts each token is routed to; with PEFT adapters (attention only
 // (Gemma 4: and its dense MLP), and that plus expert LoRA through target_parameters) also logits,
-// loss and every LoRA gradient.
+// loss and every LoRA gradient; and, for Qwen3-MoE and Mixtral, the load-balancing loss with its
+// LoRA gradients.
 // References: scripts/reference/moe_reference.py.
 #include <unistd.h>
 
@@ -144,9 +145,75 @@ TEST(MoeExpertLora, GateUpAloneLoadsUnderPeftsSingleWrapperName) {
   check_adapter("qwen3_moe", "adapter_gate_up", "gate_up.", 3 * 4 * 2 + 2 * 2);
 }
 
+// The load-balancing loss (output_router_logits): its value, the loss with it, and the LoRA
+// gradients of the aux loss alone (at the default coefficient, 0.001, they are below the tolerance
+// of the total's), without padding and with the end of one row padded (transformers'
+// attention_mask, which the aux loss alone reads), with checkpointing off and on. Attention LoRA
+// after the last sparse layer gets no gradient from it.
+void check_load_balancing(const std::string& name, const std::string& prefix, schedule::CheckpointPolicy policy) {
+  const auto dir = test::moe_fixture(name);
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  model::LoadOptions options;
+  options.model_config = {{"output_router_logits", true}};
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), options);
+  model::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
+  schedule::LayerScheduler scheduler(lm);
+  const auto plan = scheduler.prepare_training(policy);
+  schedule::StepInputs in{ref.tensor("ids"), ref.tensor("labels"), {}, {}, {}};
+  if (prefix == "auxpad.") in.attention_mask = ref.tensor("auxpad.mask");
+  const auto r = scheduler.train_forward(plan, in);
+  ASSERT_TRUE(scheduler.aux_loss().defined());
+  EXPECT_NEAR(scheduler.aux_loss().item<double>(), ref.tensor(prefix + "aux_loss").item<double>(), kLossTol) << name;
+  const double coef = lm.config().moe->router_aux_loss_coef;
+  EXPECT_NEAR((r.loss_sum / r.tokens + coef * scheduler.aux_loss()).item<double>(),
+              ref.tensor(prefix + "loss").item<double>(),
+              kLossTol)
+      << name;
+  scheduler.aux_loss().backward();
+  int64_t compared = 0;
+  for (const auto& [module, a] : model::lora_adapters(lm)) {
+    for (auto [suffix, tensor] : {std::pair{".lora_A", a.a}, std::pair{".lora_B", a.b}}) {
+      const std::string key = prefix + "grad." + module + suffix;
+      if (!ref.contains(key)) {
+        EXPECT_TRUE(!tensor.grad().defined() || tensor.grad().abs().max().item<double>() == 0.0) << key;
+        continue;
+      }
+      ASSERT_TRUE(tensor.grad().defined()) << key;
+      EXPECT_LT(max_rel(tensor.grad(), ref.tensor(key)), kGradTol) << name << " " << key;
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// transformers' Gemma 4 has no load-balancing loss, so its fixture has no reference for it.
+class MoeLoadBalancingParity : public testing::TestWithParam<std::string> {};
+
+TEST_P(MoeLoadBalancingParity, LoadBalancingLossAndItsGradientsMatchTransformers) {
+  check_load_balancing(GetParam(), "aux.", schedule::CheckpointPolicy::none);
+  check_load_balancing(GetParam(), "auxpad.", schedule::CheckpointPolicy::none);
+  check_load_balancing(GetParam(), "auxpad.", schedule::CheckpointPolicy::every_layer);
+}
+
+// The config's default, output_router_logits false, adds no aux loss (transformers' default).
+TEST(MoeLoadBalancing, OffUnlessOutputRouterLogits) {
+  const auto dir = test::moe_fixture("mixtral");
+  const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  ASSERT_FALSE(lm.config().moe->output_router_logits);
+  schedule::LayerScheduler scheduler(lm);
+  scheduler.train_forward(
+      scheduler.prepare_training(schedule::CheckpointPolicy::none), ref.tensor("ids"), ref.tensor("labels"));
+  EXPECT_FALSE(scheduler.aux_loss().defined());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families,
                          MoeParity,
                          testing::Values("qwen3_moe", "qwen3_moe_fused", "mixtral", "gemma4_moe"),
+                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Families,
+                         MoeLoadBalancingParity,
+                         testing::Values("qwen3_moe", "qwen3_moe_fused", "mixtral"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Gemma 4's layers keep the dense MLP beside the experts, with the router, the three extra norms

@@ -1,6 +1,7 @@
 // Scheduling of MoE layers: checkpointing on or off, and layers offloaded (simulated copy
 // engine, experts and all) or resident, give bitwise-identical losses and LoRA gradients,
-// attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts.
+// attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts, and with
+// the load-balancing loss on the Mixtral fixture.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -13,8 +14,9 @@
 namespace qtrain::engine::schedule {
 namespace {
 
-model::CausalLM load_with_lora(const std::string& name) {
+model::CausalLM load_with_lora(const std::string& name, nlohmann::json model_config = nlohmann::json::object()) {
   model::LoadOptions o;
+  o.model_config = std::move(model_config);
   o.quant.kind = model::QuantSpec::Kind::nf4;
   o.quant.double_quant = true;
   auto lm = model::CausalLM::load(io::HfFolder::open(test::moe_fixture(name) / "base"), o);
@@ -38,16 +40,24 @@ struct Steps {
 Steps two_steps(const std::string& name,
                 model::CausalLM& lm,
                 std::shared_ptr<WeightResidency> residency,
-                CheckpointPolicy policy) {
+                CheckpointPolicy policy,
+                int64_t every_k = 1) {
   LayerScheduler scheduler(lm, std::move(residency));
-  const auto plan = scheduler.prepare_training(policy);
+  const auto plan = scheduler.prepare_training(policy, every_k);
   const auto ref = io::SafetensorsFile::open(test::moe_fixture(name) / "reference.safetensors");
   Steps r;
   for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
   for (int step = 0; step < 2; ++step) {
-    const auto [sum, tokens] = scheduler.train_forward(plan, ref.tensor("ids"), ref.tensor("labels"));
-    (sum / tokens).backward();
-    r.losses.push_back(sum.detach());
+    // Row 1 ends in padding: the load-balancing loss, where it is on, leaves it out.
+    const auto mask = at::ones_like(ref.tensor("ids")).index_put_({1, at::indexing::Slice(-3)}, 0);
+    const auto res = scheduler.train_forward(plan, {ref.tensor("ids"), ref.tensor("labels"), {}, {}, mask});
+    auto loss = res.loss_sum / res.tokens;
+    if (scheduler.aux_loss().defined()) {
+      loss = loss + lm.config().moe->router_aux_loss_coef * scheduler.aux_loss();
+      r.losses.push_back(scheduler.aux_loss().detach());
+    }
+    loss.backward();
+    r.losses.push_back(res.loss_sum.detach());
   }
   for (const auto& p : lm.trainable_parameters()) r.grads.push_back(p.grad().clone());
   return r;
@@ -84,6 +94,25 @@ INSTANTIATE_TEST_SUITE_P(Families,
                          MoeSchedule,
                          testing::Values("mixtral", "gemma4_moe"),
                          [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The load-balancing loss under checkpointing and offload: each checkpointed sparse layer records
+// its router load once (in forward) and back-propagates it through the recompute. A coefficient
+// of 1 makes its gradient visible next to the cross-entropy's.
+TEST(MoeSchedule, LoadBalancingLossChangesNoBitUnderCheckpointingAndOffload) {
+  auto lm = load_with_lora("mixtral", {{"output_router_logits", true}, {"router_aux_loss_coef", 1.0}});
+  const auto plain = two_steps("mixtral", lm, nullptr, CheckpointPolicy::none);
+  ASSERT_EQ(plain.losses.size(), size_t{4});  // aux and CE per step
+  auto without = load_with_lora("mixtral");
+  const auto ce_only = two_steps("mixtral", without, nullptr, CheckpointPolicy::none);
+  EXPECT_TRUE(test::bitwise_equal(plain.losses[1], ce_only.losses[0]));
+  EXPECT_GT((plain.grads[0] - ce_only.grads[0]).abs().max().item<double>(), 0.0) << "the aux loss has no gradient";
+  expect_identical(plain, two_steps("mixtral", lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
+  expect_identical(
+      plain, two_steps("mixtral", lm, nullptr, CheckpointPolicy::every_kth, 2), "checkpointing every other layer");
+  auto offloaded = std::make_shared<OffloadedWeights>(
+      lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
+  expect_identical(plain, two_steps("mixtral", lm, offloaded, CheckpointPolicy::every_layer), "offload");
+}
 
 }  // namespace
 }  // namespace qtrain::engine::schedule
