@@ -254,6 +254,14 @@ TEST_F(HfFolderTest, RejectsMissingShard) {
                    model.string() + "; download it again");
 }
 
+// A shard listed in the index that is a folder, not a file, is refused as the file it should be.
+TEST_F(HfFolderTest, RejectsAShardThatIsAFolder) {
+  const fs::path model = sharded_folder();
+  fs::remove(model / "model-00003-of-00003.safetensors");
+  fs::create_directory(model / "model-00003-of-00003.safetensors");
+  expect_error([&] { HfFolder::open(model); }, (model / "model-00003-of-00003.safetensors").string());
+}
+
 TEST_F(HfFolderTest, RejectsTensorMissingFromItsShard) {
   const fs::path model = sharded_folder();
   // Shard 3 loses t4; the index still lists it there.
