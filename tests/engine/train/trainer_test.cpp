@@ -210,6 +210,23 @@ TEST_F(Trainer, AdamW8bitRunResumesBitwiseAndRefusesAnotherOptimizer) {
               std::string::npos)
         << what;
   }
+
+  // The checkpoint's adapters do not fit a run of another rank: refused naming the file, the
+  // tensor and both shapes.
+  auto narrower = resume_sets;
+  narrower[1] = "lora_r=32";
+  try {
+    train(config("eight-as-r32", narrower));
+    FAIL() << "resumed rank-64 adapters into a rank-32 run";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((checkpoint / "adapter_model.safetensors").string() +
+                        ": 'base_model.model.model.layers.0.mlp.down_proj.lora_A.weight' is [64, 96] and lora_B [64, "
+                        "64], but this run's model needs [32, 96] and [64, 32]; the checkpoint belongs to a run with "
+                        "another base model or lora_r"),
+              std::string::npos)
+        << what;
+  }
 }
 
 TEST_F(Trainer, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
