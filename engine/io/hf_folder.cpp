@@ -255,7 +255,24 @@ const SafetensorsFile& HfFolder::file_of(const std::string& name) const {
 }
 
 at::Tensor HfFolder::tensor(const std::string& name) const {
-  return file_of(name).tensor(name);
+  const SafetensorsFile& file = file_of(name);
+  at::Tensor t = file.tensor(name);
+  const auto type = t.scalar_type();
+  const bool checkable = type == at::kFloat || type == at::kBFloat16 || type == at::kHalf || type == at::kDouble;
+  if (checkable && !at::isfinite(t).all().item<bool>()) {
+    const int64_t nan = at::isnan(t).sum().item<int64_t>();
+    TORCH_CHECK(false,
+                file.path().string(),
+                ": tensor '",
+                name,
+                "' holds ",
+                nan,
+                " NaN and ",
+                t.numel() - nan - at::isfinite(t).sum().item<int64_t>(),
+                " infinite values; no trained weight is non-finite, so the file is damaged or was written by a "
+                "diverged run: download the model again, or use a checkpoint from before the divergence");
+  }
+  return t;
 }
 
 at::ScalarType HfFolder::dtype(const std::string& name) const {
