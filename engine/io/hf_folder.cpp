@@ -2,6 +2,7 @@
 // huggingface_hub (`split_torch_state_dict_into_shards`, `save_torch_state_dict`) and
 // transformers' save_pretrained.
 #include "engine/io/hf_folder.h"
+#include "engine/io/bnb_checkpoint.h"
 #include "engine/io/durable_file.h"
 #include "engine/text/json_depth.h"
 #include "engine/text/regular_file.h"
@@ -109,6 +110,7 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
   HfFolder folder;
   folder.dir_ = dir;
   folder.config_ = read_config_json(dir);
+  checkpoint_quantization(folder.config_, (dir / kConfigFile).string());  // see there: refuses GPTQ and others
 
   const std::filesystem::path single = dir / kSingleFile;
   const std::filesystem::path index_path = dir / kIndexFile;

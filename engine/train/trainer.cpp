@@ -108,9 +108,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
                c.base_model.c_str(),
                options.device.str().c_str(),
                c10::toString(options.dtype),
-               options.quant.kind == model::QuantSpec::Kind::none   ? "not quantized"
-               : options.quant.kind == model::QuantSpec::Kind::int8 ? "int8"
-                                                                    : c.bnb_4bit_quant_type.c_str());
+               base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   std::fflush(out);
   auto lm = model::CausalLM::load(folder, options);
   auto lora = lora_config(c);

@@ -256,6 +256,20 @@ TEST_F(HfFolderTest, RejectsMissingShard) {
                    model.string() + "; download it again");
 }
 
+// A checkpoint quantized by another method than bitsandbytes is refused when the folder opens,
+// for every command, rather than read as float or as bitsandbytes weights.
+TEST_F(HfFolderTest, RefusesACheckpointQuantizedByAnotherMethod) {
+  for (const std::string method : {"gptq", "awq"}) {
+    save_hf_folder(dir_,
+                   {{"model_type", "llama"}, {"quantization_config", {{"quant_method", method}, {"bits", 4}}}},
+                   small_tensors());
+    expect_error([&] { HfFolder::open(dir_); },
+                 (dir_ / "config.json").string() + ": quantization_config.quant_method is \"" + method +
+                     "\"; qtrain loads bitsandbytes 4-bit / 8-bit checkpoints and float models only (dequantize or "
+                     "re-quantize this model with bitsandbytes)");
+  }
+}
+
 // A shard listed in the index that is a folder, not a file, is refused as the file it should be.
 TEST_F(HfFolderTest, RejectsAShardThatIsAFolder) {
   const fs::path model = sharded_folder();
