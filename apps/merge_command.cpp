@@ -2,7 +2,6 @@
 #include "apps/merge_command.h"
 
 #include <cstdio>
-#include <map>
 
 #include <ATen/ATen.h>
 
@@ -12,6 +11,7 @@
 #include "engine/io/peft_adapter.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
+#include "engine/model/merged_weights.h"
 
 namespace qtrain::apps {
 namespace {
@@ -32,33 +32,10 @@ void run(const Options& o) {
   const auto out_dtype = o.dtype == "fp32" ? at::kFloat : at::kBFloat16;
   const auto folder = io::HfFolder::open(c.base_model);
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32.
+  // See Note [Merged tensors] (engine/model/merged_weights.cpp).
   auto lm = model::CausalLM::load(folder, model::LoadOptions{});
   model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
-  std::map<std::string, at::Tensor> merged;
-  for (const auto& layer : lm.layers()) {
-    TORCH_CHECK(!layer.moe || (!layer.moe->experts.gate_up_lora && !layer.moe->experts.down_lora),
-                o.adapter,
-                ": the adapter has LoRA on the experts of ",
-                layer.moe ? layer.moe->experts.name : "",
-                " (target_parameters); merging expert LoRA is not supported yet: load the base and the adapter "
-                "with peft and call merge_and_unload() instead");
-    for (const auto* l : layer.linears()) {
-      const auto w = l->dense_weight(at::kFloat);
-      merged[l->name + ".weight"] = (l->lora ? lora::lora_merged_weight(w, *l->lora) : w).to(out_dtype);
-    }
-  }
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& name : folder.tensor_names()) {
-    const auto module = name.substr(0, name.rfind('.'));
-    if (merged.count(name)) {
-      tensors.emplace_back(name, merged.at(name));
-    } else if (merged.count(module + ".weight")) {
-      continue;  // bitsandbytes state of a quantized weight (absmax, quant_map, SCB, ...)
-    } else {
-      const auto t = folder.tensor(name);
-      tensors.emplace_back(name, at::isFloatingType(t.scalar_type()) ? t.to(out_dtype) : t);
-    }
-  }
+  const auto tensors = model::merged_tensors(lm, folder, out_dtype);
   auto json = folder.config();
   json.erase("quantization_config");
   json["dtype"] = o.dtype == "fp32" ? "float32" : "bfloat16";

@@ -77,6 +77,7 @@ const std::vector<std::string> kKeys = {
     "overwrite_output_dir",
     "use_tensorboard",
     "ddp_timeout",
+    "ddp_backend",
 };
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they

@@ -367,6 +367,7 @@ RunConfig read_config(Reader& r) {
                             c.ddp_timeout,
                             between(1, kMaxDdpTimeout),
                             "use the seconds a rank waits for the others, e.g. 1800");
+  c.ddp_backend = r.choice("ddp_backend", c.ddp_backend, {"auto", "nccl", "gloo"});
   r.check_all_read();
 
   // --- combinations ---

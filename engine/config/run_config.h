@@ -255,6 +255,9 @@ struct RunConfig {
   // Seconds a rank waits for the others at the rendezvous and in each collective before it stops
   // with an error (axolotl's and transformers' key and default).
   int64_t ddp_timeout = 1800;
+  // The c10d backend of a multi-process run (transformers' key): auto takes NCCL when the device is
+  // a GPU and Gloo otherwise; gloo on a GPU stages every collective through host memory.
+  std::string ddp_backend = "auto";
 
   // Not a key: the axolotl settings of this config that change speed, not what is trained, and
   // that qtrain therefore accepts and ignores, each as "key (why)". Commands print them once

@@ -191,6 +191,7 @@ std::string to_yaml(const RunConfig& c) {
   line("overwrite_output_dir", boolean_text(c.overwrite_output_dir));
   line("use_tensorboard", boolean_text(c.use_tensorboard));
   line("ddp_timeout", std::to_string(c.ddp_timeout));
+  line("ddp_backend", c.ddp_backend);
   return out.str();
 }
 

@@ -2,6 +2,7 @@
 #include "engine/dist/comm.h"
 
 #include <algorithm>
+#include <exception>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -10,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "engine/dist/gloo_backend.h"
+#include "engine/dist/nccl_backend.h"
 
 namespace qtrain::engine::dist {
 namespace {
@@ -38,14 +40,37 @@ std::vector<uint8_t> bytes(const std::string& s) {
   return {s.begin(), s.end()};
 }
 
-// The CPU, contiguous tensor a collective works on: `t` itself when it already is one.
-at::Tensor host(const at::Tensor& t) {
-  return t.is_cpu() && t.is_contiguous() ? t : t.to(at::kCPU).contiguous();
-}
-
 }  // namespace
 
-Comm::Comm(const DistEnv& env, std::chrono::seconds timeout) : env_(env), timeout_(timeout) {
+// Note [Choosing the backend]
+// As in PyTorch, a GPU run talks over NCCL (collectives on the GPU, over NVLink or InfiniBand
+// where present) and a CPU run over Gloo (TCP). `ddp_backend: gloo` on a GPU stages every
+// collective through host memory: slower, but Gloo's failures name the rank that failed (Note
+// [Naming a failed rank]); NCCL's are reported by its watchdog (Note [NCCL failures]).
+DdpBackend choose_backend(const std::string& ddp_backend, const at::Device& device) {
+  if (ddp_backend == "gloo") return DdpBackend::gloo;
+  TORCH_CHECK(ddp_backend == "auto" || ddp_backend == "nccl",
+              "ddp_backend: ",
+              ddp_backend,
+              " is not a backend qtrain has; use auto, nccl or gloo");
+  if (ddp_backend == "auto") return device.is_cuda() && nccl_built() ? DdpBackend::nccl : DdpBackend::gloo;
+  TORCH_CHECK(nccl_built(),
+              "ddp_backend: nccl, but this qtrain was built without CUDA, so it has no NCCL; use ddp_backend: gloo "
+              "(or auto), or rebuild where nvcc and a CUDA libtorch are found");
+  TORCH_CHECK(device.is_cuda(),
+              "ddp_backend: nccl runs collectives on GPUs, and this run computes on ",
+              device,
+              "; use ddp_backend: gloo (or auto) on the CPU");
+  return DdpBackend::nccl;
+}
+
+const char* backend_name(DdpBackend b) {
+  return b == DdpBackend::nccl ? "NCCL" : "Gloo";
+}
+
+Comm::Comm(const DistEnv& env, std::chrono::seconds timeout, DdpBackend backend, at::Device device)
+    : env_(env), timeout_(timeout), backend_kind_(backend), device_(device) {
+  TORCH_CHECK(backend == DdpBackend::gloo || device.is_cuda(), "an NCCL communicator needs a GPU, not ", device);
   if (env.world_size == 1) return;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   c10d::TCPStoreOptions o;
@@ -73,30 +98,51 @@ Comm::Comm(const DistEnv& env, std::chrono::seconds timeout) : env_(env), timeou
                 ". Every rank needs the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, and all must start; a port in "
                 "use needs another MASTER_PORT.");
   }
+  const int rank = static_cast<int>(env.rank);
+  const int world = static_cast<int>(env.world_size);
   try {
-    backend_ = make_gloo_backend(
-        store_, static_cast<int>(env.rank), static_cast<int>(env.world_size), timeout_, env.master_addr);
+    backend_ = backend == DdpBackend::nccl ? make_nccl_backend(store_, rank, world, timeout_, device)
+                                           : make_gloo_backend(store_, rank, world, timeout_, env.master_addr);
   } catch (const std::exception& e) {
     TORCH_CHECK(false,
                 "rank ",
                 env.rank,
                 " of ",
                 env.world_size,
-                ": the Gloo process group did not connect within ddp_timeout (",
+                ": the ",
+                backend_name(backend),
+                " process group did not connect within ddp_timeout (",
                 timeout.count(),
                 " s): ",
                 first_line(e),
-                ". With several machines, set GLOO_SOCKET_IFNAME to the network interface the ranks share.");
+                backend == DdpBackend::nccl
+                    ? ". NCCL_DEBUG=INFO shows why; with several machines, NCCL_SOCKET_IFNAME names the interface "
+                      "the ranks share."
+                    : ". With several machines, set GLOO_SOCKET_IFNAME to the network interface the ranks share.");
   }
 }
 
-Comm::~Comm() = default;
+Comm::~Comm() {
+  // NCCL's communicators are torn down explicitly on a normal exit; on the way out of an error
+  // the process group's own destructor aborts them without waiting for peers.
+  if (!backend_ || std::uncaught_exceptions() > 0) return;
+  try {
+    backend_->shutdown();
+  } catch (...) {
+    // Ending anyway; a peer that is gone cannot be waited for.
+  }
+}
+
+at::Tensor Comm::staged(const at::Tensor& t) const {
+  const at::Device where = backend_kind_ == DdpBackend::nccl ? device_ : at::Device(at::kCPU);
+  return t.device() == where && t.is_contiguous() ? t : t.to(where).contiguous();
+}
 
 void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
   if (!backend_) return;
   const auto start = Clock::now();
   try {
-    std::vector<at::Tensor> v = {host(t)};
+    std::vector<at::Tensor> v = {staged(t)};
     backend_->allreduce(v)->wait();
     if (!v[0].is_same(t)) t.copy_(v[0]);
   } catch (const std::exception& e) {
@@ -110,7 +156,7 @@ at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
   shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
   if (!backend_) return t.reshape(shape);
   const auto start = Clock::now();
-  auto in = host(t);
+  auto in = staged(t);
   auto out = at::empty({env_.world_size * t.numel()}, in.options());
   try {
     backend_->_allgather_base(out, in)->wait();

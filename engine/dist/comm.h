@@ -5,14 +5,16 @@
 // every collective is the identity, so a single-process run pays nothing. Otherwise the ranks
 // meet at a TCPStore at MASTER_ADDR:MASTER_PORT (served by torchrun's agent or `qtrain launch`
 // when TORCHELASTIC_USE_AGENT_STORE is set, else by rank 0) under the prefix
-// "qtrain/attempt_<restart>", and form a Gloo process group. Every rank must call the same
-// collectives in the same order; See Note [Naming a failed rank].
+// "qtrain/attempt_<restart>", and form a Gloo or NCCL process group (See Note [Choosing the
+// backend]). Every rank must call the same collectives in the same order; See Note [Naming a
+// failed rank].
 #pragma once
 
 #include <chrono>
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
@@ -20,12 +22,22 @@
 
 namespace qtrain::engine::dist {
 
+enum class DdpBackend { gloo, nccl };
+
+// `ddp_backend` ("auto", "gloo" or "nccl") for a rank computing on `device`: auto is NCCL on a GPU
+// and Gloo otherwise. NCCL on the CPU, or in a build without CUDA, is an error that says so.
+DdpBackend choose_backend(const std::string& ddp_backend, const at::Device& device);
+const char* backend_name(DdpBackend b);
+
 class Comm {
  public:
   // Blocks until all ranks have joined, or `timeout` (also the limit of every collective:
   // axolotl's ddp_timeout). A rendezvous that times out is an error naming the store and what
-  // was missing.
-  Comm(const DistEnv& env, std::chrono::seconds timeout);
+  // was missing. With NCCL, `device` is this rank's GPU, where collectives run.
+  Comm(const DistEnv& env,
+       std::chrono::seconds timeout,
+       DdpBackend backend = DdpBackend::gloo,
+       at::Device device = at::kCPU);
   ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -36,8 +48,11 @@ class Comm {
   // Rank 0: the one rank that writes files and prints progress.
   bool lead() const { return env_.rank == 0; }
 
+  DdpBackend backend() const { return backend_kind_; }
+
   // `what` says what the run was doing ("summing step 12's gradients"); it goes into the error
-  // when the collective fails. Tensors may live on any device (they travel through host memory).
+  // when the collective fails. Tensors may live on any device: Gloo's travel through host
+  // memory, NCCL's through the rank's GPU.
 
   // In place: every rank's `t` becomes the elementwise sum over ranks, the same bits on each.
   void allreduce_sum(at::Tensor& t, const std::string& what);
@@ -54,9 +69,13 @@ class Comm {
 
  private:
   [[noreturn]] void fail(const std::string& what, const std::exception& e);
+  // `t` where this backend's collectives read and write it, contiguous: `t` itself when it is.
+  at::Tensor staged(const at::Tensor& t) const;
 
   DistEnv env_;
   std::chrono::milliseconds timeout_;
+  DdpBackend backend_kind_;
+  at::Device device_;
   c10::intrusive_ptr<c10d::Store> store_;  // null in a run of one
   c10::intrusive_ptr<c10d::Backend> backend_;
   double seconds_ = 0;

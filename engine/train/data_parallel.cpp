@@ -12,24 +12,24 @@ StepShare step_share(const dist::Comm& comm, int64_t accumulation) {
   return {comm.rank() * accumulation, accumulation};
 }
 
-at::Device rank_device(const at::Device& resolved, const std::string& device_key, const dist::Comm& comm) {
-  if (comm.world_size() == 1 || !resolved.is_cuda()) return resolved;
+at::Device rank_device(const at::Device& resolved, const std::string& device_key, const dist::DistEnv& env) {
+  if (env.world_size == 1 || !resolved.is_cuda()) return resolved;
   TORCH_CHECK(device_key == "auto" || device_key == "cuda",
               "device: ",
               device_key,
               " would put all ",
-              comm.world_size(),
+              env.world_size,
               " ranks on one GPU; use device: cuda (or auto), and each rank takes the GPU of its LOCAL_RANK");
   const int64_t gpus = at::detail::getCUDAHooks().deviceCount();
-  TORCH_CHECK(comm.local_rank() < gpus,
+  TORCH_CHECK(env.local_rank < gpus,
               "rank ",
-              comm.rank(),
+              env.rank,
               " has LOCAL_RANK=",
-              comm.local_rank(),
+              env.local_rank,
               " but this machine shows ",
               gpus,
               " GPU(s); start at most that many ranks per machine (torchrun --nproc-per-node, qtrain launch --nproc)");
-  return {at::kCUDA, static_cast<c10::DeviceIndex>(comm.local_rank())};
+  return {at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)};
 }
 
 void sum_gradients(dist::Comm& comm, const std::vector<at::Tensor>& params, const std::string& what) {

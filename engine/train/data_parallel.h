@@ -41,7 +41,8 @@ StepShare step_share(const dist::Comm& comm, int64_t accumulation);
 
 // The device of this rank: in a run of several on CUDA, the GPU of its LOCAL_RANK (device: auto
 // or cuda); `device: cuda:N` would put every rank on one GPU and is an error there.
-at::Device rank_device(const at::Device& resolved, const std::string& device_key, const dist::Comm& comm);
+// Known before the communicator, which needs it for NCCL.
+at::Device rank_device(const at::Device& resolved, const std::string& device_key, const dist::DistEnv& env);
 
 // Sums the gradients of `params` over the ranks, in place, through one flat buffer per dtype (an
 // undefined gradient counts as zeros). Nothing happens in a run of one.

@@ -78,7 +78,7 @@ double evaluate(schedule::LayerScheduler& scheduler,
   return total[1] > 0 ? total[0] / total[1] : std::nan("");
 }
 
-TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
+TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::Device& device) {
   const auto t_start = std::chrono::steady_clock::now();
   const RankConsole console(comm);
   std::FILE* out = console.get();
@@ -97,7 +97,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
 
   // Memory plan (before any weight is loaded), model and adapters.
   auto options = load_options(c);
-  options.device = rank_device(options.device, c.device, comm);
+  options.device = device;
   c10::OptionalDeviceGuard device_guard;
   if (options.device.is_cuda()) device_guard.reset_device(options.device);
   const DevicePlan device_plan = plan_device(c, options.device);
@@ -147,7 +147,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
   const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
   const std::string cache_wait = "waiting for rank 0 to prepare the datasets in " + c.dataset_prepared_path.string();
   if (cache_first && !comm.lead()) comm.barrier(cache_wait);
-  auto samples = load_training_samples(c, tokenizer.get(), out);
+  auto samples = load_training_samples(c, tokenizer.get(), out, /*progress=*/comm.lead());
   if (cache_first && comm.lead()) comm.barrier(cache_wait);
   auto split = data::split_for_eval(std::move(samples), c.val_set_size, static_cast<uint64_t>(c.seed));
   data::DataLoader loader(
@@ -176,8 +176,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
                static_cast<long long>(save_steps));
   if (comm.world_size() > 1) {
     std::fprintf(out,
-                 "ranks: %lld (Gloo), a step is %lld micro-batches, %lld on each rank\n",
+                 "ranks: %lld (%s), a step is %lld micro-batches, %lld on each rank\n",
                  static_cast<long long>(comm.world_size()),
+                 dist::backend_name(comm.backend()),
                  static_cast<long long>(step_batches),
                  static_cast<long long>(c.gradient_accumulation_steps));
   }
@@ -439,9 +440,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm) {
 }  // namespace
 
 TrainResult train(const config::RunConfig& c) {
-  dist::Comm comm(dist::dist_env(), std::chrono::seconds(c.ddp_timeout));
+  const auto env = dist::dist_env();
+  const auto device = rank_device(resolve_device(c.device), c.device, env);
+  dist::Comm comm(env, std::chrono::seconds(c.ddp_timeout), dist::choose_backend(c.ddp_backend, device), device);
   try {
-    return train_rank(c, comm);
+    return train_rank(c, comm, device);
   } catch (const std::exception& e) {
     comm.announce_failure(e);  // See Note [Naming a failed rank] (engine/dist/comm.cpp).
     throw;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -70,7 +71,8 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
 std::vector<data::Sample> load_one(const config::RunConfig& c,
                                    const config::DatasetConfig& d,
                                    const data::TextTokenizer* tokenizer,
-                                   std::FILE* log) {
+                                   std::FILE* log,
+                                   bool progress) {
   std::string key;
   if (!c.dataset_prepared_path.empty()) {
     key = data::prepared_key({c.base_model / "tokenizer.json", c.base_model / "tokenizer_config.json", d.path},
@@ -87,10 +89,11 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
   data::DatasetStats stats;
   std::vector<data::Sample> samples;
   {
-    ProgressLine progress("data: " + d.path.string(), "rows");
+    std::optional<ProgressLine> line;
+    if (progress) line.emplace("data: " + d.path.string(), "rows");
     data::RowMapOptions rows;
     rows.threads = c.dataset_processes;
-    rows.progress = [&](int64_t done, int64_t total) { progress.update(done, total); };
+    if (line) rows.progress = [&](int64_t done, int64_t total) { line->update(done, total); };
     // Pre-tokenized ids are checked against the model's vocabulary here; a tokenizer's ids are
     // within it already (model_tokenizer checks the tokenizer's size).
     const bool pretokenized = d.type.empty() || d.type == "pretokenized";
@@ -114,11 +117,12 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
 
 std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
                                                 const data::TextTokenizer* tokenizer,
-                                                std::FILE* log) {
+                                                std::FILE* log,
+                                                bool progress) {
   TORCH_CHECK(!c.datasets.empty(), "the config lists no datasets; add e.g.\n  datasets:\n    - path: train.jsonl");
   std::vector<data::Sample> all;
   for (const auto& d : c.datasets) {
-    auto s = load_one(c, d, tokenizer, log);
+    auto s = load_one(c, d, tokenizer, log, progress);
     all.insert(all.end(), std::make_move_iterator(s.begin()), std::make_move_iterator(s.end()));
   }
   return all;

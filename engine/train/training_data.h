@@ -20,13 +20,15 @@ namespace qtrain::engine::train {
 // is set; else null, so that pre-tokenized runs never read tokenizer files.
 std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size);
 
-// Prints one line per dataset (rows, truncated, dropped) to `log`, and a progress line to stderr
-// while a dataset takes more than a second (progress_line.h). Rows are tokenized on
+// Prints one line per dataset (rows, truncated, dropped) to `log`, and, when `progress` (rank 0 of
+// a multi-process run), a progress line to stderr while a dataset takes more than a second
+// (progress_line.h). Rows are tokenized on
 // dataset_processes threads. With dataset_prepared_path, a dataset whose entry is cached is read
 // from there, and one that is not is stored there.
 std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
                                                 const data::TextTokenizer* tokenizer,
-                                                std::FILE* log = stdout);
+                                                std::FILE* log = stdout,
+                                                bool progress = true);
 
 // `qtrain preprocess`: the samples as JSONL, one {"input_ids": [...], "labels": [...]} per line,
 // written to `out` (replaced). Reads base_model's config.json and tokenizer files, not its

@@ -166,6 +166,62 @@ TEST_F(Commands, MergeWritesAPlainFolderTransformersLoadsWithTheAdaptersLoss) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("fp32.lora.loss").item<double>(), 1e-5);
 }
 
+TEST_F(Commands, MergeFoldsExpertLoraIntoEachExpertLayoutTransformersLoads) {
+  // Expert LoRA (PEFT target_parameters) folded into the experts, written back in the layout the
+  // base has: per-expert gate_proj/up_proj/down_proj (qwen3_moe), fused 3-D gate_up_proj and
+  // down_proj (qwen3_moe_fused), Mixtral's w1/w3/w2. transformers without peft then computes the
+  // loss peft computes on base + adapter.
+  for (const std::string name : {"qwen3_moe", "qwen3_moe_fused", "mixtral"}) {
+    SCOPED_TRACE(name);
+    const auto fixture = test::moe_fixture(name);
+    std::ofstream(dir_ / "moe.yaml") << "base_model: " << (fixture / "base").string()
+                                     << "\nlora_target_linear: true\ndevice: cpu\n";
+    const auto out = dir_ / ("merged_" + name);
+    ASSERT_EQ(run(qtrain() + " merge " + (dir_ / "moe.yaml").string() + " --adapter " + (fixture / "adapter").string() +
+                  " --dtype fp32 --out " + out.string())
+                  .status,
+              0);
+    const auto merged = engine::io::HfFolder::open(out);
+    EXPECT_EQ(merged.tensor_names(), engine::io::HfFolder::open(fixture / "base").tensor_names());
+    if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+    const auto ref = engine::io::SafetensorsFile::open(fixture / "reference.safetensors");
+    const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                        out.string() + " " + (fixture / "reference.safetensors").string());
+    ASSERT_EQ(hf.status, 0);
+    // As for linear layers: W + s*B_e*A_e rounds once per expert weight in float32.
+    EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("lora.loss").item<double>(), 1e-5);
+  }
+}
+
+TEST_F(Commands, MergeOfAPreQuantizedBaseWritesPlainWeightsWithoutItsQuantState) {
+  // An NF4 folder (qtrain quantize) merged with the fixture adapter: the output holds the float
+  // base's tensor names only (no absmax, quant_map or quant_state left behind), and its loss is
+  // the loss of the NF4 base with the adapter applied unmerged.
+  const auto nf4 = dir_ / "nf4";
+  ASSERT_EQ(run(qtrain() + " quantize " + write_config(test::model_fixture("llama") / "base").string() + " --out " +
+                nf4.string())
+                .status,
+            0);
+  const auto adapter = (test::model_fixture("llama") / "adapter").string();
+  const auto config = write_config(nf4);
+  const auto out = dir_ / "merged";
+  ASSERT_EQ(
+      run(qtrain() + " merge " + config.string() + " --adapter " + adapter + " --dtype fp32 --out " + out.string())
+          .status,
+      0);
+  EXPECT_EQ(engine::io::HfFolder::open(out).tensor_names(),
+            engine::io::HfFolder::open(test::model_fixture("llama") / "base").tensor_names());
+  const auto unmerged = run(qtrain() + " eval " + config.string() + " --adapter " + adapter);
+  ASSERT_EQ(unmerged.status, 0);
+  std::ofstream(dir_ / "merged.yaml") << "base_model: " << out.string() << "\nlora_target_linear: true\ndevice: cpu\n"
+                                      << "datasets:\n  - path: " << (dir_ / "data.jsonl").string() << "\n";
+  const auto folded = run(qtrain() + " eval " + (dir_ / "merged.yaml").string());
+  ASSERT_EQ(folded.status, 0);
+  EXPECT_NEAR(nlohmann::json::parse(last_line(folded.out)).at("loss").get<double>(),
+              nlohmann::json::parse(last_line(unmerged.out)).at("loss").get<double>(),
+              1e-5);
+}
+
 TEST_F(Commands, TheDemoConfigTrainsAndItsLossFalls) {
   // configs/demo.yaml as scripts/demo.sh runs it, with the model and the output in a temporary
   // folder and fewer steps.

@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/dist/nccl_backend.h"
+#include "tests/expect_error.h"
 #include "tests/free_port.h"
 
 namespace qtrain::engine::dist {
@@ -101,6 +103,24 @@ TEST(Comm, ACollectiveThatLosesItsPeerNamesIt) {
   });
   EXPECT_NE(message.find("rank 0 of 2: summing the gradients of step 3 failed"), std::string::npos) << message;
   EXPECT_NE(message.find("Rank 1 stopped with: data.jsonl line 7: not JSON"), std::string::npos) << message;
+}
+
+TEST(Comm, TheBackendIsNcclOnAGpuAndGlooOnTheCpuUnlessTheConfigSaysOtherwise) {
+  const at::Device gpu(at::kCUDA, 0);
+  EXPECT_EQ(choose_backend("auto", at::kCPU), DdpBackend::gloo);
+  EXPECT_EQ(choose_backend("gloo", at::kCPU), DdpBackend::gloo);
+  EXPECT_EQ(choose_backend("gloo", gpu), DdpBackend::gloo);
+  EXPECT_EQ(choose_backend("auto", gpu), nccl_built() ? DdpBackend::nccl : DdpBackend::gloo);
+  if (nccl_built()) {
+    EXPECT_EQ(choose_backend("nccl", gpu), DdpBackend::nccl);
+    test::expect_error(
+        [] { choose_backend("nccl", at::kCPU); },
+        "ddp_backend: nccl runs collectives on GPUs, and this run computes on cpu; use ddp_backend: gloo");
+  } else {
+    test::expect_error([&] { choose_backend("nccl", gpu); },
+                       "built without CUDA, so it has no NCCL; use ddp_backend: gloo");
+  }
+  test::expect_error([] { choose_backend("mpi", at::kCPU); }, "ddp_backend: mpi is not a backend qtrain has; use auto");
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+// See merged_weights.h.
+#include "engine/model/merged_weights.h"
+
+#include <map>
+#include <regex>
+
+#include <ATen/ATen.h>
+
+#include "engine/lora/lora_linear.h"
+
+namespace qtrain::engine::model {
+namespace {
+
+// Note [Merged tensors]
+// A linear's merged weight takes the name of its base weight ("<module>.weight"). The experts of
+// a sparse layer are written back in whichever of the layouts of Note [Expert tensor names] the
+// folder has, recognised by name: fused "...layers.N.<block>experts.gate_up_proj" [E, 2I, H] and
+// "...down_proj" [E, H, I], or per expert "...layers.N.<block>experts.e.<part>.weight" with part
+// gate_proj / up_proj / down_proj (Qwen3-MoE) or w1 / w3 / w2 (Mixtral), gate and up being rows
+// 0..I-1 and I..2I-1 of qtrain's gate_up. A pre-quantized base stores bitsandbytes state beside
+// each quantized weight ("<module>.weight.absmax", "...weight.quant_map", "...weight.nested_*",
+// "...weight.quant_state.bitsandbytes__nf4"; int8's "<module>.SCB", "<module>.weight_format"):
+// it belongs to the weight it quantized and goes with it.
+const std::regex kFusedExperts(R"(.*layers\.(\d+)\..*experts\.(gate_up_proj|down_proj))");
+const std::regex kExpertWeight(R"(.*layers\.(\d+)\..*experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight)");
+
+struct MergedExperts {
+  std::vector<at::Tensor> gate_up, down;  // per expert, float32
+};
+
+at::Tensor merged(const LinearLayer& l, const std::optional<lora::ExpertLora>& lora, int64_t e) {
+  const auto w = l.dense_weight(at::kFloat);
+  return lora ? lora::lora_merged_weight(w, lora->expert(e)) : w;
+}
+
+MergedExperts merge_experts(const MoeExperts& ex) {
+  MergedExperts m;
+  for (int64_t e = 0; e < ex.num_experts(); ++e) {
+    m.gate_up.push_back(merged(ex.gate_up[e], ex.gate_up_lora, e));
+    m.down.push_back(merged(ex.down[e], ex.down_lora, e));
+  }
+  return m;
+}
+
+// The merged tensor stored under `name` when it is an expert weight of a sparse layer, else an
+// undefined tensor.
+at::Tensor expert_tensor(const std::string& name, const CausalLM& lm, std::map<int64_t, MergedExperts>& experts) {
+  std::smatch m;
+  const bool fused = std::regex_match(name, m, kFusedExperts);
+  if (!fused && !std::regex_match(name, m, kExpertWeight)) return {};
+  const int64_t layer = std::stoll(m[1]);
+  if (layer >= static_cast<int64_t>(lm.layers().size()) || !lm.layers()[layer].moe) return {};
+  auto it = experts.find(layer);
+  if (it == experts.end()) it = experts.emplace(layer, merge_experts(lm.layers()[layer].moe->experts)).first;
+  const auto& ex = it->second;
+  if (fused) return at::stack(m[2] == "gate_up_proj" ? ex.gate_up : ex.down);
+  const int64_t e = std::stoll(m[2]);
+  TORCH_CHECK(e < static_cast<int64_t>(ex.down.size()),
+              name,
+              ": expert ",
+              e,
+              " but the layer has ",
+              ex.down.size(),
+              " experts (num_experts in config.json)");
+  const std::string part = m[3];
+  if (part == "down_proj" || part == "w2") return ex.down[e];
+  const int64_t i = ex.down[e].size(1);
+  return ex.gate_up[e].narrow(0, part == "gate_proj" || part == "w1" ? 0 : i, i);
+}
+
+bool quant_state_of(const std::string& name, const std::map<std::string, at::Tensor>& weights) {
+  const auto w = name.find(".weight.");
+  if (w != std::string::npos && weights.count(name.substr(0, w + 7))) return true;
+  const auto dot = name.rfind('.');
+  return dot != std::string::npos && weights.count(name.substr(0, dot) + ".weight");
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,
+                                                               const io::HfFolder& folder,
+                                                               at::ScalarType dtype) {
+  std::map<std::string, at::Tensor> weights;  // by stored name
+  for (const auto& layer : lm.layers()) {
+    for (const auto* l : layer.linears()) {
+      const auto w = l->dense_weight(at::kFloat);
+      weights[l->name + ".weight"] = l->lora ? lora::lora_merged_weight(w, *l->lora) : w;
+    }
+  }
+  for (const auto& [name, w] : weights) {
+    TORCH_CHECK(folder.contains(name),
+                folder.dir().string(),
+                " has no tensor ",
+                name,
+                " for the merged weight of that linear: its weights are stored under other names, and merge can "
+                "only write back the names it read. Merge with peft's merge_and_unload() instead.");
+  }
+  std::map<int64_t, MergedExperts> experts;  // merged once per layer, on first use
+  const auto names = folder.tensor_names();
+  for (const auto& name : names) {
+    if (weights.count(name)) continue;
+    if (auto t = expert_tensor(name, lm, experts); t.defined()) weights[name] = t;
+  }
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& name : names) {
+    if (const auto it = weights.find(name); it != weights.end()) {
+      out.emplace_back(name, it->second.to(dtype).contiguous());
+    } else if (!quant_state_of(name, weights)) {
+      const auto t = folder.tensor(name);
+      out.emplace_back(name, at::isFloatingType(t.scalar_type()) ? t.to(dtype) : t);
+    }
+  }
+  return out;
+}
+
+}  // namespace qtrain::engine::model
