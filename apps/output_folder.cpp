@@ -6,22 +6,11 @@
 
 #include <c10/util/Exception.h>
 
+#include "engine/io/path_within.h"
+
 namespace qtrain::apps {
 namespace fs = std::filesystem;
 namespace {
-
-// `inner` is `outer` or lies below it; both already made absolute and normal.
-bool within(const fs::path& inner, const fs::path& outer) {
-  return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
-}
-
-// Absolute, symlinks of the existing part resolved, no trailing separator.
-fs::path resolved(const fs::path& p) {
-  std::error_code ec;
-  auto r = fs::weakly_canonical(fs::absolute(p), ec);
-  if (ec) r = fs::absolute(p).lexically_normal();
-  return r.has_filename() ? r : r.parent_path();
-}
 
 // The first three names (in order) of what `dir` holds, for the message.
 std::string some_entries(const fs::path& dir) {
@@ -39,15 +28,14 @@ void check_output_folder(const std::string& command,
                          const fs::path& out,
                          const std::vector<InputFolder>& inputs,
                          bool overwrite) {
-  const auto target = resolved(out);
   for (const auto& [what, input] : inputs) {
-    const auto source = resolved(input);
-    TORCH_CHECK(!within(target, source) && !within(source, target),
+    const bool inside_input = engine::io::path_within(out, input);
+    TORCH_CHECK(!inside_input && !engine::io::path_within(input, out),
                 "qtrain ",
                 command,
                 ": --out ",
                 out.string(),
-                within(target, source) ? " is or lies inside " : " contains ",
+                inside_input ? " is or lies inside " : " contains ",
                 "the folder it reads (",
                 what,
                 ": ",

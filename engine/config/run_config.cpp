@@ -23,6 +23,7 @@
 #include "engine/config/config_entries.h"
 #include "engine/config/config_problems.h"
 #include "engine/config/config_reader.h"
+#include "engine/config/run_limits.h"
 #include "engine/config/yaml_place.h"
 #include "engine/config/yaml_scalar.h"
 #include "engine/text/regular_file.h"
@@ -104,7 +105,7 @@ RunConfig read_config(Reader& r) {
     }
   });
   c.adapter = r.choice("adapter", c.load_in_4bit ? "qlora" : "lora", {"lora", "qlora"});
-  c.lora_r = r.integer("lora_r", c.lora_r, at_least(1), "use a rank of 1 or more, typically 8 to 64");
+  c.lora_r = r.integer("lora_r", c.lora_r, between(1, kMaxLoraRank), "use a rank of 1 or more, typically 8 to 64");
   c.lora_alpha = r.number("lora_alpha", c.lora_alpha, above(0), "use a positive number, commonly lora_r or 2 * lora_r");
   c.lora_dropout = r.number(
       "lora_dropout", c.lora_dropout, unit_interval_open(), "use a value from 0 (off) to below 1, typically 0.05");
@@ -115,7 +116,8 @@ RunConfig read_config(Reader& r) {
   c.lora_model_dir = r.path("lora_model_dir", c.lora_model_dir);
 
   c.datasets = r.datasets("datasets");
-  c.sequence_len = r.integer("sequence_len", c.sequence_len, at_least(1), "use the tokens per sample, e.g. 2048");
+  c.sequence_len =
+      r.integer("sequence_len", c.sequence_len, between(1, kMaxSequenceLen), "use the tokens per sample, e.g. 2048");
   c.sample_packing = r.boolean("sample_packing", c.sample_packing);
   c.train_on_inputs = r.boolean("train_on_inputs", c.train_on_inputs);
   c.chat_template_jinja = r.text("chat_template_jinja", "chat_template_jinja: ./chatml.jinja");
@@ -173,8 +175,10 @@ RunConfig read_config(Reader& r) {
                                       {});
   for (DatasetConfig& d : c.datasets) d.excess_length_strategy = c.excess_length_strategy;
   c.dataset_prepared_path = r.path("dataset_prepared_path", c.dataset_prepared_path);
-  c.dataset_processes = r.integer(
-      "dataset_processes", c.dataset_processes, at_least(0), "use the threads that tokenize rows, or 0 for every core");
+  c.dataset_processes = r.integer("dataset_processes",
+                                  c.dataset_processes,
+                                  between(0, kMaxDatasetProcesses),
+                                  "use the threads that tokenize rows, or 0 for every core");
   r.guard({"val_set_size"}, [&] {
     if (const Entry* e = r.find("val_set_size")) {
       const std::string fix = "use a fraction such as 0.05, a whole number of rows such as 500, or 0 for none";
@@ -186,23 +190,30 @@ RunConfig read_config(Reader& r) {
     }
   });
 
-  c.micro_batch_size =
-      r.integer("micro_batch_size", c.micro_batch_size, at_least(1), "use the samples per forward pass, 1 or more");
+  c.micro_batch_size = r.integer("micro_batch_size",
+                                 c.micro_batch_size,
+                                 between(1, kMaxMicroBatchSize),
+                                 "use the samples per forward pass, 1 or more");
   c.gradient_accumulation_steps = r.integer("gradient_accumulation_steps",
                                             c.gradient_accumulation_steps,
-                                            at_least(1),
+                                            between(1, kMaxGradientAccumulationSteps),
                                             "use the micro-batches per optimizer step, 1 or more");
-  c.num_epochs = r.integer("num_epochs", c.num_epochs, at_least(1), "use 1 or more passes over the data");
-  c.max_steps = r.integer("max_steps", c.max_steps, at_least(-1), "use -1 (run num_epochs) or a step count >= 1");
+  c.num_epochs = r.integer("num_epochs", c.num_epochs, between(1, kMaxEpochs), "use 1 or more passes over the data");
+  c.max_steps =
+      r.integer("max_steps", c.max_steps, between(-1, kMaxSteps), "use -1 (run num_epochs) or a step count >= 1");
   r.guard({"max_steps"}, [&] {
     if (c.max_steps == 0) {
       c.max_steps = -1;
       r.find("max_steps")->fail_value("0 is neither -1 (run num_epochs) nor a step count; use -1 or a count >= 1");
     }
   });
-  c.learning_rate = r.number("learning_rate", c.learning_rate, above(0), "use a positive rate, e.g. 2e-4 for LoRA");
+  c.learning_rate = r.number("learning_rate",
+                             c.learning_rate,
+                             between(0, kMaxLearningRate, /*lo_open=*/true),
+                             "use a positive rate, e.g. 2e-4 for LoRA (a rate above 10 diverges at the first step)");
   c.lr_scheduler = r.choice("lr_scheduler", c.lr_scheduler, {"constant", "linear", "cosine"});
-  c.warmup_steps = r.integer("warmup_steps", c.warmup_steps, at_least(0), "use 0 (no warmup) or a step count");
+  c.warmup_steps =
+      r.integer("warmup_steps", c.warmup_steps, between(0, kMaxSteps), "use 0 (no warmup) or a step count");
   c.warmup_ratio = r.number(
       "warmup_ratio", c.warmup_ratio, unit_interval_open(), "use a fraction of the run such as 0.03, or 0 for none");
   c.optimizer = r.choice("optimizer",
@@ -338,11 +349,14 @@ RunConfig read_config(Reader& r) {
       r.find_written("output_dir")->fail_value("empty; set a folder for checkpoints and the adapter, e.g. ./outputs");
     }
   });
-  c.save_steps = r.integer("save_steps", c.save_steps, at_least(0), "use 0 (save at the end only) or a step interval");
-  c.saves_per_epoch = r.integer("saves_per_epoch", c.saves_per_epoch, at_least(0), "use 0 (unset) or a count of saves");
+  c.save_steps =
+      r.integer("save_steps", c.save_steps, between(0, kMaxSteps), "use 0 (save at the end only) or a step interval");
+  c.saves_per_epoch =
+      r.integer("saves_per_epoch", c.saves_per_epoch, between(0, kMaxPerEpoch), "use 0 (unset) or a count of saves");
   c.save_total_limit =
       r.integer("save_total_limit", c.save_total_limit, at_least(0), "use 0 (keep all) or the checkpoints to keep");
-  c.logging_steps = r.integer("logging_steps", c.logging_steps, at_least(1), "use a step interval of 1 or more");
+  c.logging_steps =
+      r.integer("logging_steps", c.logging_steps, between(1, kMaxSteps), "use a step interval of 1 or more");
   c.loss_watchdog_threshold = r.number("loss_watchdog_threshold",
                                        c.loss_watchdog_threshold,
                                        at_least(0),
@@ -351,9 +365,9 @@ RunConfig read_config(Reader& r) {
                                        c.loss_watchdog_patience,
                                        at_least(1),
                                        "use the logged steps in a row above the threshold that stop the run, e.g. 3");
-  c.eval_steps = r.integer("eval_steps", c.eval_steps, at_least(0), "use 0 (never) or a step interval");
-  c.evals_per_epoch =
-      r.integer("evals_per_epoch", c.evals_per_epoch, at_least(0), "use 0 (unset) or a count of evaluations");
+  c.eval_steps = r.integer("eval_steps", c.eval_steps, between(0, kMaxSteps), "use 0 (never) or a step interval");
+  c.evals_per_epoch = r.integer(
+      "evals_per_epoch", c.evals_per_epoch, between(0, kMaxPerEpoch), "use 0 (unset) or a count of evaluations");
   c.seed = r.integer("seed", c.seed, at_least(0), "use a non-negative integer");
   r.guard({"resume_from_checkpoint"}, [&] {
     if (const Entry* e = r.find("resume_from_checkpoint")) {
@@ -369,8 +383,10 @@ RunConfig read_config(Reader& r) {
   c.auto_resume_from_checkpoints = r.boolean("auto_resume_from_checkpoints", c.auto_resume_from_checkpoints);
   c.overwrite_output_dir = r.boolean("overwrite_output_dir", c.overwrite_output_dir);
   c.use_tensorboard = r.boolean("use_tensorboard", c.use_tensorboard);
-  c.ddp_timeout =
-      r.integer("ddp_timeout", c.ddp_timeout, at_least(1), "use the seconds a rank waits for the others, e.g. 1800");
+  c.ddp_timeout = r.integer("ddp_timeout",
+                            c.ddp_timeout,
+                            between(1, kMaxDdpTimeout),
+                            "use the seconds a rank waits for the others, e.g. 1800");
   c.ddp_backend = r.choice("ddp_backend", c.ddp_backend, {"auto", "nccl", "gloo"});
   r.check_all_read();
 
@@ -427,6 +443,38 @@ RunConfig read_config(Reader& r) {
            "warmup_ratio",
            "warmup_steps (" + std::to_string(c.warmup_steps) + ", at " + r.place_of("warmup_steps") +
                ") and warmup_ratio are both set; keep one");
+    }
+  });
+
+  r.guard({"warmup_steps", "max_steps"}, [&] {
+    if (c.max_steps > 0 && c.warmup_steps > c.max_steps) {
+      fail(r.place_of("warmup_steps"),
+           "warmup_steps",
+           std::to_string(c.warmup_steps) + " is more than max_steps (" + std::to_string(c.max_steps) + ", at " +
+               r.place_of("max_steps") +
+               "), so the learning rate would never reach learning_rate; use fewer warmup steps or warmup_ratio");
+    }
+  });
+
+  // Each factor is bounded above, so the products fit in 64 bits. See run_limits.h.
+  r.guard({"micro_batch_size", "sequence_len", "gradient_accumulation_steps"}, [&] {
+    const int64_t forward = c.micro_batch_size * c.sequence_len;
+    const std::string sizes =
+        "micro_batch_size " + std::to_string(c.micro_batch_size) + " * sequence_len " + std::to_string(c.sequence_len);
+    if (forward > kMaxTokensPerMicroBatch) {
+      fail(r.place_of("micro_batch_size"),
+           "micro_batch_size",
+           sizes + " = " + std::to_string(forward) +
+               " tokens in one forward pass, more than 2^31 that qtrain accepts; lower micro_batch_size or "
+               "sequence_len and raise gradient_accumulation_steps");
+    }
+    const int64_t step = forward * c.gradient_accumulation_steps;
+    if (step > kMaxTokensPerStep) {
+      fail(r.place_of("gradient_accumulation_steps"),
+           "gradient_accumulation_steps",
+           sizes + " * gradient_accumulation_steps " + std::to_string(c.gradient_accumulation_steps) + " = " +
+               std::to_string(step) +
+               " tokens per optimizer step, more than 2^34 that qtrain accepts; lower gradient_accumulation_steps");
     }
   });
 

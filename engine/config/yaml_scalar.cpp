@@ -67,11 +67,20 @@ bool is_off(const YAML::Node& v) {
   return v.size() == 0;
 }
 
+namespace {
+
+// A whole bound as digits (1000000000, not 1e+09), since most ranges bound integer keys.
+std::string bound_text(double v) {
+  return std::floor(v) == v && std::abs(v) < 1e15 ? std::to_string(static_cast<int64_t>(v)) : format_double(v);
+}
+
+}  // namespace
+
 std::string Range::problem(const std::string& value) const {
   if (std::isinf(hi)) {
-    return value + " must be " + (lo_open ? "> " : ">= ") + format_double(lo);
+    return value + " must be " + (lo_open ? "> " : ">= ") + bound_text(lo);
   }
-  return value + " is outside " + (lo_open ? "(" : "[") + format_double(lo) + ", " + format_double(hi) +
+  return value + " is outside " + (lo_open ? "(" : "[") + bound_text(lo) + ", " + bound_text(hi) +
          (hi_open ? ")" : "]");
 }
 
@@ -83,6 +92,9 @@ Range above(double lo) {
 }
 Range unit_interval_open() {
   return Range{.lo = 0, .hi = 1, .hi_open = true};
+}
+Range between(double lo, double hi, bool lo_open) {
+  return Range{.lo = lo, .hi = hi, .lo_open = lo_open};
 }
 
 }  // namespace qtrain::engine::config

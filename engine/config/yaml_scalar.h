@@ -43,5 +43,7 @@ struct Range {
 Range at_least(double lo);
 Range above(double lo);
 Range unit_interval_open();
+// [lo, hi], or (lo, hi] with lo_open.
+Range between(double lo, double hi, bool lo_open = false);
 
 }  // namespace qtrain::engine::config

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/data/chat_dataset.h"
+#include "engine/data/leading_tokens.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -57,13 +58,14 @@ void append(std::vector<int64_t>& ids, std::vector<int64_t>& labels, const std::
 // when the text does not already end with it; every token trained.
 std::vector<Sample> read_completion(const config::DatasetConfig& d,
                                     const TextTokenizer& tokenizer,
+                                    size_t max_tokens,
                                     const RowMapOptions& rows) {
   const std::string field = d.field.empty() ? "text" : d.field;
   const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
     const auto hint = "a completion row holds its text in \"" + field + "\" (this row has keys: " + keys_of(row) +
                       "); set the dataset's `field:` to the key that holds the text";
     const auto text = string_field(row, field, where, hint);
-    auto ids = tokenizer.tokenize(text, /*add_special_tokens=*/true).ids;
+    auto ids = tokenize_leading(tokenizer, text, /*add_special_tokens=*/true, max_tokens).ids;
     if (ids.empty() || ids.back() != tokenizer.eos_id()) ids.push_back(tokenizer.eos_id());
     Sample s;
     append(s.input_ids, s.labels, ids, true);
@@ -78,6 +80,7 @@ std::vector<Sample> read_completion(const config::DatasetConfig& d,
 std::vector<Sample> read_alpaca(const config::DatasetConfig& d,
                                 const TextTokenizer& tokenizer,
                                 bool train_on_inputs,
+                                size_t max_tokens,
                                 const RowMapOptions& rows) {
   static const std::string hint = "an alpaca row is {\"instruction\": ..., \"input\": ... (optional), \"output\": ...}";
   const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
@@ -85,8 +88,11 @@ std::vector<Sample> read_alpaca(const config::DatasetConfig& d,
     const auto input = string_field(row, "input", where, hint, /*optional=*/true);
     const auto output = string_field(row, "output", where, hint);
     Sample s;
-    append(s.input_ids, s.labels, tokenizer.tokenize(alpaca_prompt(instruction, input), true).ids, train_on_inputs);
-    append(s.input_ids, s.labels, tokenizer.tokenize(output, false).ids, true);
+    append(s.input_ids,
+           s.labels,
+           tokenize_leading(tokenizer, alpaca_prompt(instruction, input), true, max_tokens).ids,
+           train_on_inputs);
+    append(s.input_ids, s.labels, tokenize_leading(tokenizer, output, false, max_tokens).ids, true);
     append(s.input_ids, s.labels, {tokenizer.eos_id()}, true);
     samples.push_back(std::move(s));
   };
@@ -98,7 +104,8 @@ std::vector<Sample> read_alpaca(const config::DatasetConfig& d,
 Sample input_output_sample(const nlohmann::ordered_json& row,
                            const std::string& where,
                            const TextTokenizer& tokenizer,
-                           bool train_on_inputs) {
+                           bool train_on_inputs,
+                           size_t max_tokens) {
   static const std::string layout =
       "an input_output row is {\"segments\": [{\"label\": false, \"text\": \"...\"}, {\"label\": true, "
       "\"text\": \"...\"}, ...]}";
@@ -123,7 +130,7 @@ Sample input_output_sample(const nlohmann::ordered_json& row,
     const auto text = string_field(segment, "text", at, layout, /*optional=*/true);
     append(s.input_ids,
            s.labels,
-           tokenizer.tokenize(text, /*add_special_tokens=*/false).ids,
+           tokenize_leading(tokenizer, text, /*add_special_tokens=*/false, max_tokens).ids,
            label->get<bool>() || train_on_inputs);
   }
   return s;
@@ -132,9 +139,10 @@ Sample input_output_sample(const nlohmann::ordered_json& row,
 std::vector<Sample> read_input_output(const config::DatasetConfig& d,
                                       const TextTokenizer& tokenizer,
                                       bool train_on_inputs,
+                                      size_t max_tokens,
                                       const RowMapOptions& rows) {
   const auto row_samples = [&](const nlohmann::ordered_json& row, const std::string& where, auto& samples) {
-    samples.push_back(input_output_sample(row, where, tokenizer, train_on_inputs));
+    samples.push_back(input_output_sample(row, where, tokenizer, train_on_inputs, max_tokens));
   };
   return map_jsonl_rows(d.path, rows, row_samples);
 }
@@ -188,18 +196,21 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
               "tokenizer's): copy the model's tokenizer.json and tokenizer_config.json into base_model, or use a "
               "pre-tokenized JSONL (rows with \"input_ids\")");
 
+  // A text part of more than sequence_len tokens is cut there (see Note [Leading tokens]): its
+  // sample is longer than sequence_len either way, and its first sequence_len tokens are the same.
+  const auto max_tokens = static_cast<size_t>(sequence_len);
   std::vector<Sample> samples;
   if (type == "pretokenized") {
     // Read whole, so that truncation is counted below like that of the text formats.
     samples = read_pretokenized_jsonl(path, std::numeric_limits<int64_t>::max(), vocab_size);
   } else if (type == "completion") {
-    samples = read_completion(d, *tokenizer, rows);
+    samples = read_completion(d, *tokenizer, max_tokens, rows);
   } else if (type == "chat_template") {
     samples = read_chat_template(d, *tokenizer, train_on_inputs, rows);
   } else if (type == "input_output") {
-    samples = read_input_output(d, *tokenizer, train_on_inputs, rows);
+    samples = read_input_output(d, *tokenizer, train_on_inputs, max_tokens, rows);
   } else {
-    samples = read_alpaca(d, *tokenizer, train_on_inputs, rows);
+    samples = read_alpaca(d, *tokenizer, train_on_inputs, max_tokens, rows);
   }
 
   // As axolotl: samples longer than sequence_len first (handle_long_seq_in_dataset), then those
@@ -218,7 +229,9 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
                   row + 1,
                   " has ",
                   length,
-                  " tokens, more than sequence_len ",
+                  // A text row's count stops past sequence_len; see Note [Leading tokens].
+                  type == "pretokenized" ? " tokens" : " tokens or more",
+                  ", more than sequence_len ",
                   sequence_len,
                   "; raise sequence_len, shorten the row, or set excess_length_strategy: drop (or truncate)");
       if (d.excess_length_strategy == "drop") {

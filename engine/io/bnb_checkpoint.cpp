@@ -525,6 +525,12 @@ nlohmann::json bnb_quantization_config(const BnbQuantization& q) {
   };
 }
 
+std::optional<BnbQuantization> checkpoint_quantization(const nlohmann::json& config_json, const std::string& where) {
+  const auto it = config_json.find("quantization_config");
+  if (it == config_json.end() || it->is_null()) return std::nullopt;
+  return parse_bnb_quantization_config(*it, where);
+}
+
 BnbQuantization parse_bnb_quantization_config(const nlohmann::json& config, const std::string& where) {
   const std::string at = where + ": quantization_config";
   TORCH_CHECK(config.is_object(), at, " must be an object, got ", config.dump());

@@ -88,5 +88,9 @@ nlohmann::json bnb_quantization_config(const BnbQuantization& q);
 // Reads one back; `where` (e.g. the config.json path) goes into the errors. Rejects anything
 // that is not bitsandbytes 4-bit or 8-bit.
 BnbQuantization parse_bnb_quantization_config(const nlohmann::json& quantization_config, const std::string& where);
+// The quantization a checkpoint was saved with: config.json's quantization_config read as above
+// (so GPTQ, AWQ and every other method is refused by name; HfFolder::open calls it), or nullopt
+// for a float checkpoint.
+std::optional<BnbQuantization> checkpoint_quantization(const nlohmann::json& config_json, const std::string& where);
 
 }  // namespace qtrain::engine::io

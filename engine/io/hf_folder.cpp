@@ -2,6 +2,7 @@
 // huggingface_hub (`split_torch_state_dict_into_shards`, `save_torch_state_dict`) and
 // transformers' save_pretrained.
 #include "engine/io/hf_folder.h"
+#include "engine/io/bnb_checkpoint.h"
 #include "engine/io/durable_file.h"
 #include "engine/text/json_depth.h"
 #include "engine/text/regular_file.h"
@@ -109,6 +110,7 @@ HfFolder HfFolder::open(const std::filesystem::path& dir) {
   HfFolder folder;
   folder.dir_ = dir;
   folder.config_ = read_config_json(dir);
+  checkpoint_quantization(folder.config_, (dir / kConfigFile).string());  // see there: refuses GPTQ and others
 
   const std::filesystem::path single = dir / kSingleFile;
   const std::filesystem::path index_path = dir / kIndexFile;
@@ -255,7 +257,24 @@ const SafetensorsFile& HfFolder::file_of(const std::string& name) const {
 }
 
 at::Tensor HfFolder::tensor(const std::string& name) const {
-  return file_of(name).tensor(name);
+  const SafetensorsFile& file = file_of(name);
+  at::Tensor t = file.tensor(name);
+  const auto type = t.scalar_type();
+  const bool checkable = type == at::kFloat || type == at::kBFloat16 || type == at::kHalf || type == at::kDouble;
+  if (checkable && !at::isfinite(t).all().item<bool>()) {
+    const int64_t nan = at::isnan(t).sum().item<int64_t>();
+    TORCH_CHECK(false,
+                file.path().string(),
+                ": tensor '",
+                name,
+                "' holds ",
+                nan,
+                " NaN and ",
+                t.numel() - nan - at::isfinite(t).sum().item<int64_t>(),
+                " infinite values; no trained weight is non-finite, so the file is damaged or was written by a "
+                "diverged run: download the model again, or use a checkpoint from before the divergence");
+  }
+  return t;
 }
 
 at::ScalarType HfFolder::dtype(const std::string& name) const {

@@ -41,7 +41,9 @@ class HfFolder {
   std::vector<std::string> tensor_names() const;
   bool contains(const std::string& name) const { return where_.contains(name); }
   // A CPU view of the mapped shard (a copy only where the file misaligns the tensor for its
-  // dtype); it keeps the mapping alive. Unknown names are an error that names the folder.
+  // dtype); it keeps the mapping alive. Unknown names are an error that names the folder, and so
+  // is a float tensor holding a NaN or an infinity (one pass over it, the first time it is read):
+  // no trained weight is non-finite, and training on one gives a NaN loss at best.
   at::Tensor tensor(const std::string& name) const;
   at::ScalarType dtype(const std::string& name) const;
   std::vector<int64_t> shape(const std::string& name) const;

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <filesystem>
+
 namespace qtrain::engine::model {
 namespace {
 
@@ -86,19 +88,31 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
                 module,
                 "', which is not a linear layer of this model (an adapter for another architecture?)");
     auto* linear = it->second;
-    TORCH_CHECK(a.in_features() == linear->in_features && a.out_features() == linear->out_features,
-                source,
-                ": ",
+    // An adapter of another model's width would fail deep in a matmul, or worse, broadcast.
+    const bool a_fits = a.in_features() == linear->in_features;
+    TORCH_CHECK(a_fits && a.out_features() == linear->out_features,
+                (std::filesystem::path(source) / io::kPeftWeightsFile).string(),
+                ": '",
+                io::kPeftKeyPrefix,
                 module,
-                " adapter is [",
-                a.out_features(),
-                " x ",
-                a.in_features(),
-                "] but the layer is [",
+                a_fits ? ".lora_B.weight' is " : ".lora_A.weight' is ",
+                a_fits ? a.b.sizes() : a.a.sizes(),
+                " but the base model's ",
+                module,
+                " needs ",
+                a_fits ? "[" + std::to_string(linear->out_features) + ", " + std::to_string(a.rank()) + "]"
+                       : "[" + std::to_string(a.rank()) + ", " + std::to_string(linear->in_features) + "]",
+                " (the layer is [",
                 linear->out_features,
                 " x ",
                 linear->in_features,
-                "]");
+                "], the adapter's [",
+                a.out_features(),
+                " x ",
+                a.in_features(),
+                "]): the adapter was trained on another base model",
+                adapter.base_model.empty() ? "" : " (adapter_config.json names " + adapter.base_model + ")",
+                "; use the base it was trained on, or an adapter trained on this one");
     lora::LoraAdapter copy = a;
     copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
     copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);

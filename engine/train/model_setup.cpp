@@ -4,6 +4,9 @@
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
+#include "engine/io/bnb_checkpoint.h"
+#include "ops/quant/codebook.h"
+
 namespace qtrain::engine::train {
 
 at::Device resolve_device(const std::string& device) {
@@ -37,6 +40,32 @@ model::QuantSpec quant_spec(const config::RunConfig& config) {
   q.int8_threshold = config.llm_int8_threshold;
   q.int8_compute = config.int8_compute == "llm_int8" ? ops::Int8Compute::llm_int8 : ops::Int8Compute::dequantize;
   return q;
+}
+
+std::string base_quantization_note(const nlohmann::json& config_json,
+                                   const std::string& where,
+                                   const config::RunConfig& config) {
+  const std::string asked = config.load_in_4bit   ? config.bnb_4bit_quant_type
+                            : config.load_in_8bit ? "int8"
+                                                  : "not quantized";
+  const auto saved = io::checkpoint_quantization(config_json, where);
+  if (!saved) return asked;
+  const std::string have = saved->bits == 8 ? "int8" : std::string(ops::quant_type_name(saved->quant_type));
+  std::string note = have + (saved->bits == 4 && saved->double_quant ? " with double quantization" : "") +
+                     " (saved quantized by bitsandbytes: " + where + "'s quantization_config";
+  const bool same = have == asked && (saved->bits == 8 || saved->double_quant == config.bnb_4bit_use_double_quant);
+  if (!same) {
+    const std::string settings =
+        config.load_in_4bit
+            ? "load_in_4bit: true, bnb_4bit_quant_type: " + config.bnb_4bit_quant_type +
+                  ", bnb_4bit_use_double_quant: " + (config.bnb_4bit_use_double_quant ? "true" : "false")
+        : config.load_in_8bit ? std::string("load_in_8bit: true")
+                              : std::string("neither load_in_4bit nor load_in_8bit");
+    note += "; the run config's " + settings +
+            " does not apply: the saved weights are used as they are, as transformers does. Set the run config to "
+            "match, or train on the float model to quantize it your way";
+  }
+  return note + ")";
 }
 
 model::LoadOptions load_options(const config::RunConfig& config) {

@@ -5,6 +5,9 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "engine/config/run_config.h"
 #include "engine/lora/lora_config.h"
 #include "engine/model/causal_lm.h"
@@ -17,6 +20,13 @@ at::Device resolve_device(const std::string& device);
 // bf16 / fp16 / float32 from the config; bf16 "auto" means bf16 on CUDA, float32 on the CPU.
 at::ScalarType compute_dtype(const config::RunConfig& config, const at::Device& device);
 model::QuantSpec quant_spec(const config::RunConfig& config);
+// How the base's linear weights are stored, as the run log states it: the run config's
+// quantization for a float checkpoint ("nf4", "int8", "not quantized"), or the checkpoint's own
+// for one saved quantized by bitsandbytes, which wins over the run config as in transformers;
+// where the two differ the note says so, naming both.
+std::string base_quantization_note(const nlohmann::json& config_json,
+                                   const std::string& where,
+                                   const config::RunConfig& config);
 model::LoadOptions load_options(const config::RunConfig& config);
 lora::LoraConfig lora_config(const config::RunConfig& config);
 // gradient_checkpointing as the scheduler's policy (its k is gradient_checkpointing_every_k).

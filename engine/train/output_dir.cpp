@@ -1,12 +1,12 @@
 // See output_dir.h.
 #include "engine/train/output_dir.h"
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include <c10/util/Exception.h>
 
+#include "engine/io/path_within.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/run_state.h"
@@ -31,11 +31,6 @@ std::string names(const std::vector<fs::path>& paths) {
   return paths.size() > 4 ? out + ", ..." : out;
 }
 
-bool inside(const fs::path& path, const fs::path& dir) {
-  const auto p = fs::weakly_canonical(fs::absolute(path)), d = fs::weakly_canonical(fs::absolute(dir));
-  return std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first == d.end();
-}
-
 }  // namespace
 
 fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
@@ -50,7 +45,7 @@ fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
                 "when there is one");
     if (!all.empty()) resume = all.back();
   }
-  if (!resume.empty() && inside(resume, c.output_dir)) return resume;
+  if (!resume.empty() && io::path_within(resume, c.output_dir)) return resume;
 
   const auto found = earlier_run(c.output_dir);
   if (found.empty()) return resume;

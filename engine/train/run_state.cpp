@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/config/run_limits.h"
+#include "engine/io/crc32c.h"
 #include "engine/io/durable_file.h"
 #include "engine/io/safetensors.h"
 #include "engine/text/json_depth.h"
@@ -21,6 +23,18 @@ constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng_state.safetensors";
 constexpr const char* kConfigFile = "run_config.yaml";
+// See Note [Checkpoint checksums].
+constexpr const char* kFormat = "qtrain-checkpoint-2";
+constexpr const char* kFormatWithoutChecksums = "qtrain-checkpoint-1";
+
+// Note [Checkpoint checksums]
+// trainer_state.json, written last, records the CRC-32C of every other file of the checkpoint
+// (format qtrain-checkpoint-2), computed from the files as they lie on disk after their flush. A
+// resume checks each before reading any: a flipped bit, a truncated copy or an edited file is
+// refused with the file's name and the previous checkpoint to use, rather than resumed into a
+// damaged adapter or optimizer. trainer_state.json itself is parsed and range-checked instead.
+// Checkpoints of format qtrain-checkpoint-1 (before checksums) are read with a warning that
+// they cannot be verified.
 
 // Rank 0's states keep the names of single-process checkpoints ("cpu", "cuda"); rank r's are
 // "cpu.rank<r>", "cuda.rank<r>".
@@ -34,6 +48,81 @@ std::optional<int64_t> checkpoint_step(const fs::path& dir) {
   const auto base = dir.filename().string();
   if (!std::regex_match(base, m, name) || !fs::exists(dir / kStateFile)) return std::nullopt;
   return std::stoll(m[1]);
+}
+
+// The regular files of a checkpoint folder other than the state file, by name.
+std::vector<std::string> checksummed_files(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().filename() != kStateFile) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What to use instead of a damaged checkpoint.
+std::string instead_of(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  if (d.filename().empty()) d = d.parent_path();  // "checkpoint-4/"
+  const auto all = list_checkpoints(d.parent_path().empty() ? fs::path(".") : d.parent_path());
+  const auto it = std::find_if(all.begin(), all.end(), [&](const fs::path& p) { return p.filename() == d.filename(); });
+  if (it != all.end() && it != all.begin()) {
+    return "resume from the previous checkpoint, resume_from_checkpoint: " + std::prev(it)->string();
+  }
+  return "resume from an earlier checkpoint, or start the run again";
+}
+
+// See Note [Checkpoint checksums].
+void verify_checksums(const fs::path& dir, const nlohmann::json& checksums) {
+  const auto state = (dir / kStateFile).string();
+  TORCH_CHECK(checksums.is_object() && !checksums.empty(),
+              state,
+              ": checksums is not a map of file names to CRC-32C values; the checkpoint is damaged, ",
+              instead_of(dir));
+  for (const auto& [name, value] : checksums.items()) {
+    TORCH_CHECK(value.is_string() && fs::path(name).filename() == name && name != kStateFile,
+                state,
+                ": checksums entry '",
+                name.substr(0, 80),
+                "' is not a file of the checkpoint with a CRC-32C; the checkpoint is damaged, ",
+                instead_of(dir));
+    const auto file = dir / name;
+    TORCH_CHECK(fs::is_regular_file(file),
+                file.string(),
+                " is missing (",
+                kStateFile,
+                " lists it); the checkpoint is incomplete, ",
+                instead_of(dir));
+    const auto actual = io::crc32c_text(io::crc32c_of_file(file));
+    TORCH_CHECK(actual == value.get<std::string>(),
+                file.string(),
+                " has changed since it was written (checksum ",
+                actual,
+                ", ",
+                kStateFile,
+                " recorded ",
+                value.get<std::string>().substr(0, 40),
+                "): the disk or a copy damaged it; ",
+                instead_of(dir));
+  }
+}
+
+// A count of the state file in [0, hi]; `bound` says what hi is.
+int64_t count_in(const nlohmann::json& j, const char* key, int64_t hi, const char* bound, const fs::path& dir) {
+  const int64_t v = j.at(key).get<int64_t>();
+  TORCH_CHECK(v >= 0 && v <= hi,
+              (dir / kStateFile).string(),
+              ": ",
+              key,
+              " ",
+              v,
+              " is outside [0, ",
+              hi,
+              "] (",
+              bound,
+              "); the checkpoint is damaged, ",
+              instead_of(dir));
+  return v;
 }
 
 }  // namespace
@@ -55,14 +144,17 @@ fs::path save_checkpoint(const fs::path& output_dir,
   for (size_t r = 0; r < state.rng_cpu.size(); ++r) rng.emplace_back(rng_key("cpu", r), state.rng_cpu[r]);
   for (size_t r = 0; r < state.rng_cuda.size(); ++r) rng.emplace_back(rng_key("cuda", r), state.rng_cuda[r]);
   io::safetensors_save(tmp / kRngFile, rng);
+  io::write_file_synced(tmp / kConfigFile, run_config_yaml);
+  nlohmann::json checksums = nlohmann::json::object();
+  for (const auto& name : checksummed_files(tmp)) checksums[name] = io::crc32c_text(io::crc32c_of_file(tmp / name));
   const nlohmann::json j = {{"global_step", state.global_step},
                             {"skipped_steps", state.skipped_steps},
                             {"data_epoch", state.data.epoch},
                             {"data_batch", state.data.batch},
                             {"optimizer", std::string(optimizer.name())},
                             {"world_size", state.world_size},
-                            {"format", "qtrain-checkpoint-1"}};
-  io::write_file_synced(tmp / kConfigFile, run_config_yaml);
+                            {"format", kFormat},
+                            {"checksums", checksums}};
   io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
   io::fsync_dir(tmp);
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run reaching the same step
@@ -85,15 +177,49 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
   const auto depth_problem = text::json_depth_problem(contents);
   TORCH_CHECK(depth_problem.empty(), (dir / kStateFile).string(), ": ", depth_problem);
   nlohmann::json j;
+  std::string format;
   try {
     j = nlohmann::json::parse(contents);
-    c.state.global_step = j.at("global_step").get<int64_t>();
-    c.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
-    c.state.data = {j.at("data_epoch").get<int64_t>(), j.at("data_batch").get<int64_t>()};
+    format = j.at("format").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false,
+                (dir / kStateFile).string(),
+                ": not a valid trainer state (",
+                e.what(),
+                "); the checkpoint is damaged, ",
+                instead_of(dir));
+  }
+  TORCH_CHECK(format == kFormat || format == kFormatWithoutChecksums,
+              (dir / kStateFile).string(),
+              ": format '",
+              format.substr(0, 80),
+              "' is not one this qtrain reads (",
+              kFormat,
+              ", or ",
+              kFormatWithoutChecksums,
+              " before checksums); it was written by another program or a newer qtrain: resume it with that, or "
+              "start a new run from its adapter with lora_model_dir: ",
+              dir.string());
+  if (format == kFormat) {
+    verify_checksums(dir, j.contains("checksums") ? j.at("checksums") : nlohmann::json());
+  } else {
+    TORCH_WARN(dir.string(), ": written before checkpoints had checksums (", format, "); its files cannot be verified");
+  }
+  try {
+    constexpr const char* kRunBound = "max_steps' bound: no run takes more steps";
+    c.state.global_step = count_in(j, "global_step", config::kMaxSteps, kRunBound, dir);
+    c.state.skipped_steps = count_in(j, "skipped_steps", c.state.global_step, "the steps done, global_step", dir);
+    c.state.data = {count_in(j, "data_epoch", config::kMaxSteps, kRunBound, dir),
+                    count_in(j, "data_batch", config::kMaxSteps, kRunBound, dir)};
     c.optimizer_name = j.value("optimizer", std::string("adamw_torch"));
     c.state.world_size = j.value("world_size", int64_t{1});  // absent before multi-process runs
   } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(false, (dir / kStateFile).string(), ": not a valid trainer state (", e.what(), ")");
+    TORCH_CHECK(false,
+                (dir / kStateFile).string(),
+                ": not a valid trainer state (",
+                e.what(),
+                "); the checkpoint is damaged, ",
+                instead_of(dir));
   }
   TORCH_CHECK(c.state.world_size >= 1,
               (dir / kStateFile).string(),

@@ -13,27 +13,16 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 #include <system_error>
+
+#include "engine/io/crc32c.h"
 
 namespace qtrain::engine::train {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) {
-      crc = (crc & 1u) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-    }
-    table[i] = crc;
-  }
-  return table;
-}
-
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 // --- protobuf wire format ------------------------------------------------------------------
 // A key byte is (field_number << 3) | wire_type; wire types: 0 varint, 1 fixed64,
@@ -101,16 +90,8 @@ std::string hostname() {
 
 }  // namespace
 
-uint32_t crc32c(const uint8_t* data, size_t size) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) {
-    crc = kCrc32cTable[(crc ^ data[i]) & 0xFF] ^ (crc >> 8);
-  }
-  return crc ^ 0xFFFFFFFFu;
-}
-
 uint32_t masked_crc32c(const uint8_t* data, size_t size) {
-  const uint32_t crc = crc32c(data, size);
+  const uint32_t crc = io::crc32c(std::string_view(reinterpret_cast<const char*>(data), size));
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 

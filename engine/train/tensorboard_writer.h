@@ -16,9 +16,8 @@
 
 namespace qtrain::engine::train {
 
-// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78); crc32c("123456789") == 0xE3069283.
-uint32_t crc32c(const uint8_t* data, size_t size);
-// TFRecord's masked CRC: rotated and offset so that a CRC stored inside CRC'd data stays robust.
+// TFRecord's masked CRC of the CRC-32C (engine/io/crc32c.h): rotated and offset so that a CRC stored inside CRC'd data
+// stays robust.
 uint32_t masked_crc32c(const uint8_t* data, size_t size);
 
 // Serialized Event{wall_time, step, summary: Summary{value: [Value{tag, simple_value: value}]}}.

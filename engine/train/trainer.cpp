@@ -122,9 +122,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                c.base_model.c_str(),
                options.device.str().c_str(),
                c10::toString(options.dtype),
-               options.quant.kind == model::QuantSpec::Kind::none   ? "not quantized"
-               : options.quant.kind == model::QuantSpec::Kind::int8 ? "int8"
-                                                                    : c.bnb_4bit_quant_type.c_str());
+               base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   std::fflush(out);
   auto lm = model::CausalLM::load(folder, options);
   auto lora = lora_config(c);
@@ -230,12 +228,27 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     at::NoGradGuard no_grad;
     for (const auto& [module, adapter] : model::lora_adapters(lm)) {
       const auto it = ck.adapters.find(module);
-      TORCH_CHECK(it != ck.adapters.end() && it->second.a.sizes() == adapter.a.sizes() &&
-                      it->second.b.sizes() == adapter.b.sizes(),
-                  resume.string(),
-                  ": the checkpoint has no adapter of this shape for ",
+      TORCH_CHECK(it != ck.adapters.end(),
+                  (resume / io::kPeftWeightsFile).string(),
+                  ": the checkpoint has no adapter for ",
                   module,
-                  "; it belongs to a run with other lora_target_modules, lora_target_parameters or lora_r");
+                  "; it belongs to a run with other lora_target_modules or lora_target_parameters: resume with that "
+                  "run's config, or start a new run");
+      TORCH_CHECK(it->second.a.sizes() == adapter.a.sizes() && it->second.b.sizes() == adapter.b.sizes(),
+                  (resume / io::kPeftWeightsFile).string(),
+                  ": '",
+                  io::kPeftKeyPrefix,
+                  module,
+                  ".lora_A.weight' is ",
+                  it->second.a.sizes(),
+                  " and lora_B ",
+                  it->second.b.sizes(),
+                  ", but this run's model needs ",
+                  adapter.a.sizes(),
+                  " and ",
+                  adapter.b.sizes(),
+                  "; the checkpoint belongs to a run with another base model or lora_r: resume with that run's "
+                  "base_model and config, or start a new run");
       adapter.a.copy_(it->second.a);
       adapter.b.copy_(it->second.b);
     }

@@ -509,8 +509,8 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "lora_dropout: 1.5\n",
        {},
        "run.yaml:3:15: lora_dropout: 1.5 is outside [0, 1); use a value from 0 (off) to below 1"},
-      {kHead + "lora_r: 0\n", {}, "run.yaml:3:9: lora_r: 0 must be >= 1; use a rank of 1 or more"},
-      {kHead + "learning_rate: -1e-4\n", {}, "learning_rate: -1e-4 must be > 0"},
+      {kHead + "lora_r: 0\n", {}, "run.yaml:3:9: lora_r: 0 is outside [1, 65536]; use a rank of 1 or more"},
+      {kHead + "learning_rate: -1e-4\n", {}, "learning_rate: -1e-4 is outside (0, 10]"},
       {kHead + "bnb_4bit_blocksize: 8192\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 8192 is outside [32, 4096]"},
       {kHead + "bnb_4bit_blocksize: 96\n", {}, "run.yaml:3:21: bnb_4bit_blocksize: 96 is not a power of 2"},
       {kHead + "val_set_size: 2.5\n",
@@ -522,8 +522,66 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        "qtrain reads the tokenizing threads as dataset_processes (axolotl's older name); rename the key"},
       {kHead + "dataset_processes: -2\n",
        {},
-       "run.yaml:3:20: dataset_processes: -2 must be >= 0; use the threads that tokenize rows, or 0 for every core"},
+       "run.yaml:3:20: dataset_processes: -2 is outside [0, 4096]; use the threads that tokenize rows, or 0 for every "
+       "core"},
       {kHead + "max_steps: 0\n", {}, "run.yaml:3:12: max_steps: 0 is neither -1 (run num_epochs) nor a step count"},
+      // bounds beyond any real run (engine/config/run_limits.h, docs/RELIABILITY.md)
+      {kHead + "learning_rate: 1e308\n",
+       {},
+       "run.yaml:3:16: learning_rate: 1e308 is outside (0, 10]; use a positive rate, e.g. 2e-4 for LoRA (a rate above "
+       "10 diverges at the first step)"},
+      {kHead + "learning_rate: 0\n", {}, "run.yaml:3:16: learning_rate: 0 is outside (0, 10]"},
+      {kHead + "learning_rate: .nan\n", {}, "run.yaml:3:16: learning_rate: expected a number, got '.nan'"},
+      {kHead + "learning_rate: -.inf\n", {}, "run.yaml:3:16: learning_rate: expected a number, got '-.inf'"},
+      {kHead + "learning_rate: 1e999\n", {}, "run.yaml:3:16: learning_rate: expected a number, got '1e999'"},
+      {kHead + "max_steps: 9223372036854775807\n",
+       {},
+       "run.yaml:3:12: max_steps: 9223372036854775807 is outside [-1, 1000000000]; use -1 (run num_epochs)"},
+      {kHead + "max_steps: 9223372036854775808\n",
+       {},
+       "run.yaml:3:12: max_steps: expected an integer, got '9223372036854775808'"},
+      {kHead + "max_steps: -5\n", {}, "run.yaml:3:12: max_steps: -5 is outside [-1, 1000000000]"},
+      {kHead + "num_epochs: 0\n", {}, "run.yaml:3:13: num_epochs: 0 is outside [1, 1000000]"},
+      {kHead + "num_epochs: 4611686018427387904\n", {}, "num_epochs: 4611686018427387904 is outside [1, 1000000]"},
+      {kHead + "gradient_accumulation_steps: 4611686018427387904\n",
+       {},
+       "run.yaml:3:30: gradient_accumulation_steps: 4611686018427387904 is outside [1, 1048576]; use the "
+       "micro-batches per optimizer step"},
+      {kHead + "gradient_accumulation_steps: 0\n", {}, "gradient_accumulation_steps: 0 is outside [1, 1048576]"},
+      {kHead + "micro_batch_size: 0\n", {}, "run.yaml:3:19: micro_batch_size: 0 is outside [1, 65536]"},
+      {kHead + "micro_batch_size: 1000000\n", {}, "micro_batch_size: 1000000 is outside [1, 65536]"},
+      {kHead + "sequence_len: 0\n", {}, "run.yaml:3:15: sequence_len: 0 is outside [1, 16777216]"},
+      {kHead + "sequence_len: 4611686018427387904\n", {}, "sequence_len: 4611686018427387904 is outside [1, 16777216]"},
+      {kHead + "micro_batch_size: 65536\nsequence_len: 65536\n",
+       {},
+       "run.yaml:3:1: micro_batch_size: micro_batch_size 65536 * sequence_len 65536 = 4294967296 tokens in one forward "
+       "pass, more than 2^31 that qtrain accepts; lower micro_batch_size or sequence_len and raise "
+       "gradient_accumulation_steps"},
+      {kHead + "micro_batch_size: 1024\nsequence_len: 1048576\ngradient_accumulation_steps: 1048576\n",
+       {},
+       "run.yaml:5:1: gradient_accumulation_steps: micro_batch_size 1024 * sequence_len 1048576 * "
+       "gradient_accumulation_steps 1048576 = 1125899906842624 tokens per optimizer step, more than 2^34 that qtrain "
+       "accepts; lower gradient_accumulation_steps"},
+      {kHead + "warmup_steps: -1\n", {}, "run.yaml:3:15: warmup_steps: -1 is outside [0, 1000000000]"},
+      {kHead + "warmup_steps: 2000000000\n", {}, "warmup_steps: 2000000000 is outside [0, 1000000000]"},
+      {kHead + "max_steps: 100\nwarmup_steps: 500\n",
+       {},
+       "run.yaml:4:1: warmup_steps: 500 is more than max_steps (100, at run.yaml:3:1), so the learning rate would "
+       "never reach learning_rate; use fewer warmup steps or warmup_ratio"},
+      {kHead + "save_steps: -3\n", {}, "run.yaml:3:13: save_steps: -3 is outside [0, 1000000000]"},
+      {kHead + "save_steps: 9223372036854775807\n", {}, "save_steps: 9223372036854775807 is outside [0, 1000000000]"},
+      {kHead + "eval_steps: -1\n", {}, "run.yaml:3:13: eval_steps: -1 is outside [0, 1000000000]"},
+      {kHead + "eval_steps: 9223372036854775807\n", {}, "eval_steps: 9223372036854775807 is outside [0, 1000000000]"},
+      {kHead + "logging_steps: 0\n", {}, "run.yaml:3:16: logging_steps: 0 is outside [1, 1000000000]"},
+      {kHead + "saves_per_epoch: 4611686018427387904\n",
+       {},
+       "saves_per_epoch: 4611686018427387904 is outside [0, 1000000]"},
+      {kHead + "evals_per_epoch: 4611686018427387904\n",
+       {},
+       "evals_per_epoch: 4611686018427387904 is outside [0, 1000000]"},
+      {kHead + "lora_r: 4611686018427387904\n", {}, "run.yaml:3:9: lora_r: 4611686018427387904 is outside [1, 65536]"},
+      {kHead + "dataset_processes: 1000000\n", {}, "dataset_processes: 1000000 is outside [0, 4096]"},
+      {kHead + "ddp_timeout: 4611686018427387904\n", {}, "ddp_timeout: 4611686018427387904 is outside [1, 10000000]"},
       {kHead + "output_dir: ''\n", {}, "run.yaml:3:13: output_dir: empty; set a folder"},
       // choices
       {kHead + "lr_scheduler: cosin\n",
@@ -790,7 +848,8 @@ TEST(RunConfigTest, PerEpochCountsAreReadAndExcludeTheirStepKeys) {
                      "one thing, keep one");
   test::expect_error([] { parse(kHead + "saves_per_epoch: 2\nsave_steps: 50\n"); },
                      "run.yaml:3:1: saves_per_epoch: save_steps (run.yaml:4:1) is set too");
-  test::expect_error([] { parse(kHead + "saves_per_epoch: -1\n"); }, "run.yaml:3:18: saves_per_epoch: -1 must be >= 0");
+  test::expect_error([] { parse(kHead + "saves_per_epoch: -1\n"); },
+                     "run.yaml:3:18: saves_per_epoch: -1 is outside [0, 1000000]");
 }
 
 // See Note [Special tokens]: the roles are read here and checked against the tokenizer where the

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -252,6 +254,54 @@ TEST_F(HfFolderTest, RejectsMissingShard) {
                "model.safetensors.index.json: shard 'model-00002-of-00003.safetensors' (which holds 't2', among "
                "others) is missing from " +
                    model.string() + "; download it again");
+}
+
+// A checkpoint quantized by another method than bitsandbytes is refused when the folder opens,
+// for every command, rather than read as float or as bitsandbytes weights.
+TEST_F(HfFolderTest, RefusesACheckpointQuantizedByAnotherMethod) {
+  for (const std::string method : {"gptq", "awq"}) {
+    save_hf_folder(dir_,
+                   {{"model_type", "llama"}, {"quantization_config", {{"quant_method", method}, {"bits", 4}}}},
+                   small_tensors());
+    expect_error([&] { HfFolder::open(dir_); },
+                 (dir_ / "config.json").string() + ": quantization_config.quant_method is \"" + method +
+                     "\"; qtrain loads bitsandbytes 4-bit / 8-bit checkpoints and float models only (dequantize or "
+                     "re-quantize this model with bitsandbytes)");
+  }
+}
+
+// A shard listed in the index that is a folder, not a file, is refused as the file it should be.
+TEST_F(HfFolderTest, RejectsAShardThatIsAFolder) {
+  const fs::path model = sharded_folder();
+  fs::remove(model / "model-00003-of-00003.safetensors");
+  fs::create_directory(model / "model-00003-of-00003.safetensors");
+  expect_error([&] { HfFolder::open(model); }, (model / "model-00003-of-00003.safetensors").string());
+}
+
+// Each non-finite value in a float weight of each dtype is refused when the tensor is read,
+// naming the file, the tensor and what to do; finite tensors and integer tensors read as before.
+TEST_F(HfFolderTest, NonFiniteWeightsAreRefusedNamingTheFileAndTheTensor) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (const auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const double bad : {nan, inf, -inf}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + " " + std::to_string(bad));
+      at::Tensor damaged = at::ones({4, 8}, dtype);
+      damaged[2][5] = bad;
+      const fs::path model = dir_ / "model";
+      fs::remove_all(model);
+      save_hf_folder(model,
+                     {{"model_type", "llama"}},
+                     {{"good", at::ones({3}, dtype)}, {"ids", at::arange(4, at::kLong)}, {"w", damaged}});
+      const auto folder = HfFolder::open(model);
+      EXPECT_TRUE(at::equal(folder.tensor("good"), at::ones({3}, dtype)));
+      EXPECT_TRUE(at::equal(folder.tensor("ids"), at::arange(4, at::kLong)));
+      expect_error([&] { folder.tensor("w"); },
+                   (model / "model.safetensors").string() + ": tensor 'w' holds " +
+                       (std::isnan(bad) ? "1 NaN and 0" : "0 NaN and 1") +
+                       " infinite values; no trained weight is non-finite, so the file is damaged or was written by a "
+                       "diverged run: download the model again");
+    }
+  }
 }
 
 TEST_F(HfFolderTest, RejectsTensorMissingFromItsShard) {

@@ -211,13 +211,33 @@ TEST_F(Trainer, AdamW8bitRunResumesBitwiseAndRefusesAnotherOptimizer) {
               std::string::npos)
         << what;
   }
+
+  // The checkpoint's adapters do not fit a run of another rank: refused naming the file, the
+  // tensor and both shapes.
+  auto narrower = resume_sets;
+  narrower[1] = "lora_r=32";
+  try {
+    train(config("eight-as-r32", narrower));
+    FAIL() << "resumed rank-64 adapters into a rank-32 run";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((checkpoint / "adapter_model.safetensors").string() +
+                        ": 'base_model.model.model.layers.0.mlp.down_proj.lora_A.weight' is [64, 96] and lora_B [64, "
+                        "64], but this run's model needs [32, 96] and [64, 32]; the checkpoint belongs to a run with "
+                        "another base model or lora_r"),
+              std::string::npos)
+        << what;
+  }
 }
 
 TEST_F(Trainer, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   // A learning rate of 1e30 without clipping blows the adapter up after the first update; every
-  // later step then has a non-finite loss, is skipped, and the tenth in a row ends the run.
+  // later step then has a non-finite loss, is skipped, and the tenth in a row ends the run. The
+  // run config refuses such a rate (run_limits.h), so it is set on the parsed config.
   try {
-    train(config("blowup", {"learning_rate=1e30", "warmup_steps=0", "max_grad_norm=0", "save_steps=1"}));
+    auto c = config("blowup", {"warmup_steps=0", "max_grad_norm=0", "save_steps=1"});
+    c.learning_rate = 1e30;
+    train(c);
     FAIL() << "the run did not stop";
   } catch (const c10::Error& e) {
     const std::string msg = e.what_without_backtrace();
