@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The crash test: a QLoRA run on the demo model (configs/demo.yaml, fewer steps, a checkpoint
-# every step, an evaluation every 4) is killed with SIGKILL at random moments and resumed each
+# The crash test: a QLoRA run on the demo model (configs/demo.yaml, 40 short steps, a checkpoint
+# every step, an evaluation every 5) is killed with SIGKILL at random moments and resumed each
 # time (auto_resume_from_checkpoints); the final adapter must equal the uninterrupted run's bit for
 # bit. Then, where this user may mount a tmpfs, a run whose output_dir fills up during a checkpoint
 # write must stop with an error naming the file, and the checkpoint before it must still resume.
@@ -24,36 +24,54 @@ cleanup() {
 trap cleanup EXIT
 
 "$qtrain" init-model --arch llama --preset demo --seed 0 --out "$work/model" >/dev/null 2>&1
-steps=12
+steps=40
 settings=(--set "base_model=$work/model" --set sequence_len=128 --set micro_batch_size=2
-  --set max_steps=$steps --set save_steps=1 --set eval_steps=4 --set save_total_limit=3
+  --set max_steps=$steps --set save_steps=1 --set eval_steps=5 --set logging_steps=1 --set save_total_limit=3
   --set use_tensorboard=false --set overwrite_output_dir=false)
+newest_checkpoint() {  # the newest complete checkpoint-N of OUTPUT_DIR (not a .tmp being written)
+  ls -d "$1"/checkpoint-* 2>/dev/null | grep -E '/checkpoint-[0-9]+$' | sort -t- -k2 -n | tail -n 1 || true
+}
 train() {  # train OUTPUT_DIR [extra settings...]
   local out=$1
   shift
   "$qtrain" train "$root/configs/demo.yaml" "${settings[@]}" --set "output_dir=$out" "$@"
 }
+start_train() {  # as train, in the background: $! is qtrain's own pid, so a kill reaches it
+  local out=$1
+  shift
+  (exec "$qtrain" train "$root/configs/demo.yaml" "${settings[@]}" --set "output_dir=$out" "$@") &
+}
 
 echo "[crash] reference: $steps steps uninterrupted"
 start=$SECONDS
 train "$work/ref" >"$work/ref.log" 2>&1 || { cat "$work/ref.log"; exit 1; }
-run_seconds=$((SECONDS - start))
-echo "[crash] reference took ${run_seconds}s"
+echo "[crash] reference took $((SECONDS - start))s"
 
-# Kill moments are drawn over the whole run (start-up, steps, evaluations, checkpoint writes).
-echo "[crash] $kills kills, each at a random moment of a resumed run"
+# Each kill waits until the resumed run has written a checkpoint of its own (so every attempt
+# makes progress), then strikes at a random moment of the next 1.5 s: in a step, an evaluation or
+# a checkpoint write.
+echo "[crash] $kills kills, each at a random moment after a resumed run's first checkpoint"
 failures=0
 for k in $(seq 1 "$kills"); do
-  train "$work/crash" --set auto_resume_from_checkpoints=true >"$work/run.log" 2>&1 &
+  start_train "$work/crash" --set auto_resume_from_checkpoints=true >"$work/run.log" 2>&1
   pid=$!
-  delay_ms=$((300 + RANDOM % (run_seconds * 1000 + 1)))
+  for _ in $(seq 1 1200); do  # at most 60 s
+    grep -q '^checkpoint: ' "$work/run.log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  delay_ms=$((RANDOM % 1500))
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   if kill -0 "$pid" 2>/dev/null; then
-    kill -KILL "$pid"
+    kill -KILL "$pid" 2>/dev/null || true  # it may have ended just now
     wait "$pid" 2>/dev/null || true
-    doing="$(grep -v '^\s*$' "$work/run.log" | tail -n 1 | cut -c1-100)"
-    newest="$(ls -d "$work/crash"/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -n 1 || true)"
-    echo "[crash] kill $k after ${delay_ms} ms: last line '${doing}'; newest ${newest##*/}"
+    if pgrep -f -- "output_dir=$work/crash" >/dev/null; then
+      echo "[crash] FAILED: a killed run is still running"
+      exit 1
+    fi
+    doing="$(grep -v '^\s*$' "$work/run.log" | tail -n 1 | cut -c1-90 || true)"
+    newest="$(newest_checkpoint "$work/crash")"
+    echo "[crash] kill $k, ${delay_ms} ms after its first checkpoint: last line '${doing}'; newest ${newest##*/}"
   else
     if ! wait "$pid"; then
       echo "[crash] kill $k: the resumed run failed before the kill:"
@@ -89,7 +107,7 @@ if mount -t tmpfs -o size=$((ck_kib * 5 / 2 + 64))k tmpfs "$work/full" 2>/dev/nu
     failures=$((failures + 1))
   else
     echo "[crash] the run stopped: $(grep 'qtrain: error' "$work/full.log" | cut -c1-200)"
-    good="$(ls -d "$work/full/out"/checkpoint-* 2>/dev/null | sort -t- -k2 -n | tail -n 1 || true)"
+    good="$(newest_checkpoint "$work/full/out")"
     mkdir -p "$work/after"
     if [ -n "$good" ] && cp -r "$good" "$work/after/" &&
       train "$work/after" --set resume_from_checkpoint=true --set "max_steps=$steps" >"$work/after.log" 2>&1; then
