@@ -49,6 +49,22 @@ fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
 
   const auto found = earlier_run(c.output_dir);
   if (found.empty()) return resume;
+  // Note [An attempt killed before its first checkpoint]
+  // A job restarted with auto_resume_from_checkpoints (a preempted cluster job, a crash loop)
+  // may find only the logs of an attempt that died before it saved anything: with nothing to
+  // continue, this attempt starts afresh in its place, replacing those logs, as the restart
+  // asked. A finished run's adapter is never replaced this way.
+  const bool only_logs = std::all_of(found.begin(), found.end(), [](const fs::path& p) {
+    return p.filename() == kMetricsFile || p.filename() == kTensorBoardDir;
+  });
+  if (c.auto_resume_from_checkpoints && only_logs) {
+    for (const auto& path : found) fs::remove_all(path);
+    std::fprintf(log,
+                 "output_dir: an earlier attempt left no checkpoint; starting afresh in place of its %s "
+                 "(auto_resume_from_checkpoints: true)\n",
+                 names(found).c_str());
+    return resume;
+  }
   TORCH_CHECK(c.overwrite_output_dir,
               "output_dir ",
               c.output_dir.string(),

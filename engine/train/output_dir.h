@@ -17,7 +17,8 @@ namespace qtrain::engine::train {
 // - resume_from_checkpoint: PATH: that folder;
 // - resume_from_checkpoint: true: the newest checkpoint-N in output_dir; none is an error (HF
 //   refuses it too), naming output_dir and the fix;
-// - auto_resume_from_checkpoints: true (axolotl): the newest, or none.
+// - auto_resume_from_checkpoints: true (axolotl): the newest, or none; with none, the logs of an
+//   attempt that died before its first checkpoint (metrics.jsonl, runs/) are replaced, not refused.
 // A run that does not resume from inside output_dir errors when output_dir holds an earlier run
 // (checkpoint-N folders, an adapter, metrics.jsonl), unless overwrite_output_dir is true: then
 // those files are removed first, and a line on `log` says so.
