@@ -22,25 +22,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/process_memory.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
-
-namespace {
-
-int64_t status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
-}
-
-void reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Step time and peak memory of MoE LoRA training steps on the CPU"};
@@ -82,8 +66,8 @@ int main(int argc, char** argv) {
   at::manual_seed(0);
   const auto ids = at::randint(0, lm.config().vocab_size, {batch, seq}, at::kLong);
 
-  const int64_t before_kib = status_kib("VmRSS");
-  reset_peak_rss();
+  const int64_t before_kib = qtrain::bench::status_kib("VmRSS");
+  qtrain::bench::reset_peak_rss();
   std::vector<double> times, cpu_times;
   double loss = 0;
   for (int64_t s = 0; s < warmup + steps; ++s) {
@@ -101,7 +85,7 @@ int main(int argc, char** argv) {
       cpu_times.push_back(cpu_seconds);
     }
   }
-  const int64_t peak_kib = status_kib("VmHWM");
+  const int64_t peak_kib = qtrain::bench::status_kib("VmHWM");
   std::sort(times.begin(), times.end());
   std::sort(cpu_times.begin(), cpu_times.end());
   nlohmann::json out = {{"engine", "qtrain"},

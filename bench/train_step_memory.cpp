@@ -15,25 +15,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/process_memory.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
-
-namespace {
-
-int64_t status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
-}
-
-void reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Peak memory of one QLoRA training step on the CPU"};
@@ -64,13 +48,13 @@ int main(int argc, char** argv) {
   at::manual_seed(0);
   const auto ids = at::randint(0, lm.config().vocab_size, {batch, seq}, at::kLong);
 
-  const int64_t before_kib = status_kib("VmRSS");
-  reset_peak_rss();
+  const int64_t before_kib = qtrain::bench::status_kib("VmRSS");
+  qtrain::bench::reset_peak_rss();
   const auto t0 = std::chrono::steady_clock::now();
   auto r = scheduler.train_forward(plan, ids, ids);
   (r.loss_sum / r.tokens).backward();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const int64_t peak_kib = status_kib("VmHWM");
+  const int64_t peak_kib = qtrain::bench::status_kib("VmHWM");
   const auto& stats = scheduler.stats();
   nlohmann::json out = {{"engine", "qtrain"},
                         {"checkpoint", policy},

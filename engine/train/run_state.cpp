@@ -177,17 +177,21 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
   const auto depth_problem = text::json_depth_problem(contents);
   TORCH_CHECK(depth_problem.empty(), (dir / kStateFile).string(), ": ", depth_problem);
   nlohmann::json j;
-  std::string format;
-  try {
-    j = nlohmann::json::parse(contents);
-    format = j.at("format").get<std::string>();
-  } catch (const nlohmann::json::exception& e) {
+  // A state file that does not parse, or lacks a field, belongs to a damaged checkpoint.
+  const auto damaged = [&](const nlohmann::json::exception& e) {
     TORCH_CHECK(false,
                 (dir / kStateFile).string(),
                 ": not a valid trainer state (",
                 e.what(),
                 "); the checkpoint is damaged, ",
                 instead_of(dir));
+  };
+  std::string format;
+  try {
+    j = nlohmann::json::parse(contents);
+    format = j.at("format").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    damaged(e);
   }
   TORCH_CHECK(format == kFormat || format == kFormatWithoutChecksums,
               (dir / kStateFile).string(),
@@ -214,12 +218,7 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
     c.optimizer_name = j.value("optimizer", std::string("adamw_torch"));
     c.state.world_size = j.value("world_size", int64_t{1});  // absent before multi-process runs
   } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(false,
-                (dir / kStateFile).string(),
-                ": not a valid trainer state (",
-                e.what(),
-                "); the checkpoint is damaged, ",
-                instead_of(dir));
+    damaged(e);
   }
   TORCH_CHECK(c.state.world_size >= 1,
               (dir / kStateFile).string(),
