@@ -106,7 +106,11 @@ if mount -t tmpfs -o size=$((ck_kib * 5 / 2 + 64))k tmpfs "$work/full" 2>/dev/nu
     echo "[crash] FAILED: the run on a full disk exited 0"
     failures=$((failures + 1))
   else
-    echo "[crash] the run stopped: $(grep 'qtrain: error' "$work/full.log" | cut -c1-200)"
+    echo "[crash] the run stopped: $(grep 'qtrain: error' "$work/full.log" | cut -c1-300)"
+    if ! grep -q 'is intact' "$work/full.log" || ls -d "$work/full/out"/checkpoint-*.tmp >/dev/null 2>&1; then
+      echo "[crash] FAILED: the error does not name the intact checkpoint, or a partial folder was left"
+      failures=$((failures + 1))
+    fi
     good="$(newest_checkpoint "$work/full/out")"
     mkdir -p "$work/after"
     if [ -n "$good" ] && cp -r "$good" "$work/after/" &&

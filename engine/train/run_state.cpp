@@ -137,26 +137,46 @@ fs::path save_checkpoint(const fs::path& output_dir,
   const auto final_dir = output_dir / ("checkpoint-" + std::to_string(state.global_step));
   const auto tmp = output_dir / ("checkpoint-" + std::to_string(state.global_step) + ".tmp");
   fs::remove_all(tmp);  // a leftover of a crash during an earlier write
-  fs::create_directories(tmp);
-  io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
-  io::safetensors_save(tmp / kOptimizerFile, optimizer.state_tensors());
-  std::vector<std::pair<std::string, at::Tensor>> rng;
-  for (size_t r = 0; r < state.rng_cpu.size(); ++r) rng.emplace_back(rng_key("cpu", r), state.rng_cpu[r]);
-  for (size_t r = 0; r < state.rng_cuda.size(); ++r) rng.emplace_back(rng_key("cuda", r), state.rng_cuda[r]);
-  io::safetensors_save(tmp / kRngFile, rng);
-  io::write_file_synced(tmp / kConfigFile, run_config_yaml);
-  nlohmann::json checksums = nlohmann::json::object();
-  for (const auto& name : checksummed_files(tmp)) checksums[name] = io::crc32c_text(io::crc32c_of_file(tmp / name));
-  const nlohmann::json j = {{"global_step", state.global_step},
-                            {"skipped_steps", state.skipped_steps},
-                            {"data_epoch", state.data.epoch},
-                            {"data_batch", state.data.batch},
-                            {"optimizer", std::string(optimizer.name())},
-                            {"world_size", state.world_size},
-                            {"format", kFormat},
-                            {"checksums", checksums}};
-  io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
-  io::fsync_dir(tmp);
+  try {
+    fs::create_directories(tmp);
+    io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
+    io::safetensors_save(tmp / kOptimizerFile, optimizer.state_tensors());
+    std::vector<std::pair<std::string, at::Tensor>> rng;
+    for (size_t r = 0; r < state.rng_cpu.size(); ++r) rng.emplace_back(rng_key("cpu", r), state.rng_cpu[r]);
+    for (size_t r = 0; r < state.rng_cuda.size(); ++r) rng.emplace_back(rng_key("cuda", r), state.rng_cuda[r]);
+    io::safetensors_save(tmp / kRngFile, rng);
+    io::write_file_synced(tmp / kConfigFile, run_config_yaml);
+    nlohmann::json checksums = nlohmann::json::object();
+    for (const auto& name : checksummed_files(tmp)) checksums[name] = io::crc32c_text(io::crc32c_of_file(tmp / name));
+    const nlohmann::json j = {{"global_step", state.global_step},
+                              {"skipped_steps", state.skipped_steps},
+                              {"data_epoch", state.data.epoch},
+                              {"data_batch", state.data.batch},
+                              {"optimizer", std::string(optimizer.name())},
+                              {"world_size", state.world_size},
+                              {"format", kFormat},
+                              {"checksums", checksums}};
+    io::write_file_synced(tmp / kStateFile, j.dump(2) + "\n");  // last: its presence marks a complete checkpoint
+    io::fsync_dir(tmp);
+  } catch (const std::exception& e) {
+    // A full disk, a quota, an I/O error: the half-written folder goes (freeing what it took),
+    // and the message says what is still there to resume from.
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    const std::string why = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+    const auto earlier = list_checkpoints(output_dir);
+    TORCH_CHECK(false,
+                final_dir.string(),
+                " could not be written: ",
+                why.substr(0, why.find('\n')),
+                ". Its partial files were removed; ",
+                earlier.empty() ? std::string("no earlier checkpoint exists in ") + output_dir.string()
+                                : "the newest earlier checkpoint, " + earlier.back().string() + ", is intact",
+                ". Free space in ",
+                output_dir.string(),
+                " (or fix the cause above) and resume with resume_from_checkpoint: true");
+  }
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run reaching the same step
   fs::rename(tmp, final_dir);
   io::fsync_dir(output_dir);

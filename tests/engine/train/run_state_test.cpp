@@ -127,6 +127,21 @@ TEST_F(RunStateTest, AFlippedBitInAnyFileIsRefusedNamingTheFileAndThePreviousChe
   expect_error([&] { load_checkpoint(previous); }, "resume from an earlier checkpoint, or start the run again");
 }
 
+TEST_F(RunStateTest, AWriteThatFailsLeavesNoPartialFolderAndNamesTheCheckpointToResumeFrom) {
+  // scripts/crash_test.sh fills the disk for real; here the adapter write fails (an adapter
+  // without tensors) after the folder was made.
+  const auto first = save(1);
+  const auto before = snapshot(first);
+  adapters_.emplace("model.layers.1.self_attn.q_proj", lora::LoraAdapter{});
+  test::expect_error([&] { save(2); }, "checkpoint-2 could not be written: ");
+  test::expect_error([&] { save(2); },
+                     ". Its partial files were removed; the newest earlier checkpoint, " + first.string() +
+                         ", is intact. Free space in " + out_.string());
+  EXPECT_FALSE(fs::exists(out_ / "checkpoint-2.tmp"));
+  EXPECT_FALSE(fs::exists(out_ / "checkpoint-2"));
+  EXPECT_EQ(snapshot(first), before);
+}
+
 TEST_F(RunStateTest, AMissingFileIsRefusedAsIncomplete) {
   const auto dir = save(3);
   fs::remove(dir / "optimizer.safetensors");
