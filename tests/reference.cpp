@@ -11,6 +11,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/io/peft_adapter.h"
+
 namespace qtrain::test {
 
 namespace {
@@ -89,6 +91,22 @@ int64_t count_bitwise_diff(const at::Tensor& a, const at::Tensor& b) {
   auto ba = as_bits(a).view({-1, static_cast<int64_t>(size)});
   auto bb = as_bits(b).view({-1, static_cast<int64_t>(size)});
   return (ba != bb).any(1).sum().item<int64_t>();
+}
+
+at::Tensor peft_logits_of_written_adapter(const std::filesystem::path& base,
+                                          const engine::lora::LoraConfig& config,
+                                          const std::map<std::string, engine::lora::LoraAdapter>& adapters,
+                                          const at::Tensor& ids,
+                                          const std::filesystem::path& dir) {
+  std::filesystem::create_directories(dir);
+  engine::io::save_peft_adapter(dir / "adapter", config, adapters, base.string());
+  engine::io::safetensors_save(dir / "ids.safetensors", {{"ids", ids}});
+  const auto cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                   (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() + " " +
+                   base.string() + " " + (dir / "adapter").string() + " " + (dir / "ids.safetensors").string() + " " +
+                   (dir / "peft.safetensors").string() + " 2>/dev/null";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return engine::io::SafetensorsFile::open(dir / "peft.safetensors").tensor("logits");
 }
 
 }  // namespace qtrain::test

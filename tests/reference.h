@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/safetensors.h"
+#include "engine/lora/lora_config.h"
+#include "engine/lora/lora_linear.h"
 
 namespace qtrain::test {
 
@@ -33,6 +35,16 @@ struct ScriptTensors {
   std::map<std::string, at::Tensor> tensors;
 };
 ScriptTensors run_reference_script(const std::string& script, const std::string& mode);
+
+// The logits PEFT computes for `ids` (scripts/reference/adapter_logits.py under $QTRAIN_PYTHON)
+// on the model in `base` with the adapter qtrain writes from `config` and `adapters` into
+// `dir`/adapter (left there for the caller). The caller skips when QTRAIN_PYTHON is unset; a
+// script that fails fails the test.
+at::Tensor peft_logits_of_written_adapter(const std::filesystem::path& base,
+                                          const engine::lora::LoraConfig& config,
+                                          const std::map<std::string, engine::lora::LoraAdapter>& adapters,
+                                          const at::Tensor& ids,
+                                          const std::filesystem::path& dir);
 
 // Same dtype, shape and bytes: the test of byte compatibility. NaNs compare by bit pattern.
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);
