@@ -154,17 +154,35 @@ void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
 at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
   std::vector<int64_t> shape = {env_.world_size};
   shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
-  if (!backend_) return t.reshape(shape);
+  auto out = at::empty({env_.world_size * t.numel()}, t.options());
+  allgather_into(out, t, what);
+  return out.view(shape);
+}
+
+void Comm::allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what) {
+  TORCH_CHECK(out.is_contiguous() && out.numel() == env_.world_size * t.numel() && out.dtype() == t.dtype(),
+              "allgather_into: the output must be contiguous ",
+              t.dtype(),
+              " [",
+              env_.world_size * t.numel(),
+              "], got ",
+              out.dtype(),
+              " ",
+              out.sizes());
+  if (!backend_) {
+    out.copy_(t.reshape({-1}));
+    return;
+  }
   const auto start = Clock::now();
-  auto in = staged(t);
-  auto out = at::empty({env_.world_size * t.numel()}, in.options());
   try {
-    backend_->_allgather_base(out, in)->wait();
+    auto o = staged(out);
+    auto in = staged(t).reshape({-1});
+    backend_->_allgather_base(o, in)->wait();
+    if (!o.is_same(out)) out.copy_(o);
   } catch (const std::exception& e) {
     fail(what, e);
   }
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-  return out.view(shape).to(t.device());
 }
 
 void Comm::barrier(const std::string& what) {

@@ -58,6 +58,10 @@ class Comm {
   void allreduce_sum(at::Tensor& t, const std::string& what);
   // [world_size, t.sizes()...]: row r is rank r's `t`. Every rank's `t` has the same shape and dtype.
   at::Tensor allgather(const at::Tensor& t, const std::string& what);
+  // The same into `out`, contiguous with world_size * t.numel() elements of t's dtype: rank r's `t`
+  // lands at [r * t.numel(), (r + 1) * t.numel()). With NCCL and `out` on the rank's GPU the
+  // gather writes there directly (a sharded layer into its device slot).
+  void allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what);
   void barrier(const std::string& what);
 
   // Tells the other ranks why this one is about to stop: the first line of `e`'s message (they
