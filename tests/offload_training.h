@@ -16,18 +16,19 @@
 
 namespace qtrain::test {
 
-// `on_layer_loaded` goes into the load options (a sharded base takes its slices there); the LoRA
+// `on_layer_loaded` and `host_layers` go into the load options (a sharded base takes its slices there); the LoRA
 // B init draws from a generator of its own, so ranks on threads of one test get the same model.
 inline engine::model::CausalLM load_llama_with_lora(
     engine::model::QuantSpec::Kind kind,
     at::ScalarType dtype = at::kFloat,
     const at::Device& device = at::kCPU,
     double dropout = 0.1,
-    std::function<void(int64_t, engine::model::DecoderLayer&)> on_layer_loaded = {}) {
+    std::function<void(int64_t, engine::model::DecoderLayer&)> on_layer_loaded = {},
+    std::vector<int64_t> host_layers = {}) {
   engine::model::QuantSpec q;
   q.kind = kind;
   q.double_quant = true;
-  engine::model::LoadOptions options{q, dtype, device, {}};
+  engine::model::LoadOptions options{q, dtype, device, std::move(host_layers)};
   options.on_layer_loaded = std::move(on_layer_loaded);
   auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"), options);
   engine::lora::LoraConfig c;

@@ -25,16 +25,21 @@ inline engine::dist::DistEnv rank_env(int64_t rank, int64_t world, int port) {
   return e;
 }
 
-// Runs body(comm) on `world` threads, one rank each; an exception in a rank fails the test.
+// Runs body(comm) on `world` threads, one rank each; an exception in a rank fails the test. With
+// NCCL, rank r computes on cuda:r.
 inline void run_ranks(int64_t world,
                       std::chrono::seconds timeout,
-                      const std::function<void(engine::dist::Comm&)>& body) {
+                      const std::function<void(engine::dist::Comm&)>& body,
+                      engine::dist::DdpBackend backend = engine::dist::DdpBackend::gloo) {
   const int port = free_port();
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        engine::dist::Comm comm(rank_env(r, world, port), timeout);
+        const at::Device device = backend == engine::dist::DdpBackend::nccl
+                                      ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r))
+                                      : at::Device(at::kCPU);
+        engine::dist::Comm comm(rank_env(r, world, port), timeout, backend, device);
         body(comm);
       } catch (const std::exception& e) {
         ADD_FAILURE() << "rank " << r << ": " << e.what();

@@ -160,6 +160,11 @@ at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
 }
 
 void Comm::allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what) {
+  auto pending = start_allgather_into(out, t, what);
+  wait(pending);
+}
+
+Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what) {
   TORCH_CHECK(out.is_contiguous() && out.numel() == env_.world_size * t.numel() && out.dtype() == t.dtype(),
               "allgather_into: the output must be contiguous ",
               t.dtype(),
@@ -169,19 +174,35 @@ void Comm::allgather_into(at::Tensor& out, const at::Tensor& t, const std::strin
               out.dtype(),
               " ",
               out.sizes());
+  PendingGather p;
+  p.out = out;
+  p.what = std::move(what);
   if (!backend_) {
-    out.copy_(t.reshape({-1}));
-    return;
+    p.out.copy_(t.reshape({-1}));
+    return p;
   }
   const auto start = Clock::now();
   try {
-    auto o = staged(out);
-    auto in = staged(t).reshape({-1});
-    backend_->_allgather_base(o, in)->wait();
-    if (!o.is_same(out)) out.copy_(o);
+    p.staged_out = staged(out);
+    p.staged_in = staged(t).reshape({-1});
+    p.work = backend_->_allgather_base(p.staged_out, p.staged_in);
   } catch (const std::exception& e) {
-    fail(what, e);
+    fail(p.what, e);
   }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  return p;
+}
+
+void Comm::wait(PendingGather& p) {
+  if (!p.work) return;
+  const auto start = Clock::now();
+  try {
+    p.work->wait();
+    if (!p.staged_out.is_same(p.out)) p.out.copy_(p.staged_out);
+  } catch (const std::exception& e) {
+    fail(p.what, e);
+  }
+  p.work.reset();
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 

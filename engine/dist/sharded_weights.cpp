@@ -72,54 +72,106 @@ void ShardedWeights::bind_model(model::CausalLM& model) {
   for (auto& slot : slots_) slot.buffer = at::empty({slot_bytes_}, at::TensorOptions(at::kByte).device(model.device()));
 }
 
-ShardedWeights::Slot& ShardedWeights::slot_for(int64_t layer) {
+ShardedWeights::Slot* ShardedWeights::holding(int64_t layer) {
   for (auto& slot : slots_) {
-    if (slot.layer == layer && !slot.acquired) return slot;
+    if (slot.layer == layer) return &slot;
   }
+  return nullptr;
+}
+
+ShardedWeights::Slot* ShardedWeights::free_slot(const std::vector<int64_t>& window) {
   Slot* pick = nullptr;
   for (auto& slot : slots_) {
-    if (slot.acquired) continue;
-    if (!pick || (slot.layer < 0) > (pick->layer < 0) ||
-        ((slot.layer < 0) == (pick->layer < 0) && slot.last_use < pick->last_use)) {
-      pick = &slot;
-    }
+    if (slot.acquired || std::find(window.begin(), window.end(), slot.layer) != window.end()) continue;
+    const bool empty = slot.layer < 0, pick_empty = pick && pick->layer < 0;
+    if (!pick || (empty && !pick_empty) || (empty == pick_empty && slot.last_use < pick->last_use)) pick = &slot;
   }
-  TORCH_CHECK(pick,
-              "layer ",
-              layer,
-              " cannot be gathered: all ",
-              slots_.size(),
-              " slots hold acquired layers (a layer acquired without release?)");
-  return *pick;
+  return pick;
+}
+
+void ShardedWeights::start_gather(Slot& slot, int64_t layer) {
+  if (slot.gathering) comm_.wait(*slot.gathering);  // a gather the announced order no longer wants
+  const auto& shard = shards_.at(layer);
+  slot.buffer.unsafeGetTensorImpl()->bump_version();  // tensors saved from its last layer go stale
+  slot.gathering = comm_.start_allgather_into(slot.buffer.narrow(0, 0, shard.padded_bytes),
+                                              shard.bytes,
+                                              "gathering the base weights of layer " + std::to_string(layer));
+  slot.layer = layer;
+  slot.last_use = ++clock_;
+  ++gathers_;
+  gathered_bytes_ += shard.padded_bytes;
+}
+
+std::vector<int64_t> ShardedWeights::window() const {
+  // The next depth_ distinct layers the compute will want, not counting those it holds.
+  std::vector<int64_t> w;
+  for (size_t p = cursor_; p < order_.size() && static_cast<int64_t>(w.size()) < depth_; ++p) {
+    const int64_t l = order_[p];
+    bool held = false;
+    for (const auto& slot : slots_) held = held || (slot.layer == l && slot.acquired);
+    if (held || std::find(w.begin(), w.end(), l) != w.end()) continue;
+    w.push_back(l);
+  }
+  return w;
+}
+
+void ShardedWeights::gather_ahead() {
+  const auto w = window();
+  for (const int64_t l : w) {
+    if (holding(l)) continue;
+    Slot* slot = free_slot(w);
+    if (!slot) break;
+    start_gather(*slot, l);
+  }
+}
+
+void ShardedWeights::plan_acquisitions(const std::vector<int64_t>& order) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  order_ = order;
+  cursor_ = 0;
+  gather_ahead();
 }
 
 void ShardedWeights::acquire(int64_t layer) {
   TORCH_CHECK(model_, "acquire(", layer, ") before bind_model");
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto& shard = shards_.at(layer);
-  Slot& slot = slot_for(layer);
-  if (slot.layer != layer) {
-    auto out = slot.buffer.narrow(0, 0, shard.padded_bytes);
-    comm_.allgather_into(out, shard.bytes, "gathering the base weights of layer " + std::to_string(layer));
-    slot.buffer.unsafeGetTensorImpl()->bump_version();
-    slot.layer = layer;
-    ++gathers_;
-    gathered_bytes_ += shard.padded_bytes;
+  for (size_t p = cursor_; p < order_.size(); ++p) {
+    if (order_[p] == layer) {
+      cursor_ = p + 1;
+      break;
+    }
   }
-  slot.acquired = true;
-  bind_layer(model_->layers().at(layer), shard.layout.views(slot.buffer));
+  Slot* slot = holding(layer);
+  TORCH_CHECK(!slot || !slot->acquired, "layer ", layer, " is acquired twice");
+  if (!slot) {
+    // Not announced, or no slot was free ahead of time: gathered now, while the compute waits.
+    ++unprepared_;
+    slot = free_slot({});
+    TORCH_CHECK(slot,
+                "layer ",
+                layer,
+                " cannot be gathered: all ",
+                slots_.size(),
+                " slots hold acquired layers (a layer acquired without release?)");
+    start_gather(*slot, layer);
+  }
+  if (slot->gathering) {
+    comm_.wait(*slot->gathering);
+    slot->gathering.reset();
+  }
+  slot->acquired = true;
+  bind_layer(model_->layers().at(layer), shards_.at(layer).layout.views(slot->buffer));
+  gather_ahead();
 }
 
 void ShardedWeights::release(int64_t layer) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& slot : slots_) {
-    if (slot.layer != layer || !slot.acquired) continue;
-    slot.acquired = false;
-    slot.last_use = ++clock_;
-    bind_layer(model_->layers().at(layer), placeholders(shards_.at(layer).layout));
-    return;
-  }
-  TORCH_CHECK(false, "layer ", layer, " is released but was not acquired");
+  Slot* slot = holding(layer);
+  TORCH_CHECK(slot && slot->acquired, "layer ", layer, " is released but was not acquired");
+  slot->acquired = false;
+  slot->last_use = ++clock_;
+  bind_layer(model_->layers().at(layer), placeholders(shards_.at(layer).layout));
+  gather_ahead();
 }
 
 int64_t ShardedWeights::shard_bytes() const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -40,8 +41,10 @@ namespace qtrain::engine::dist {
 // fails in backward instead of reading the new layer. A sharded layer therefore always needs its
 // recompute, like an offloaded one.
 //
-// The gather is synchronous here: on the CPU (Gloo) there is nothing to overlap it with; on GPUs
-// NCCL gathers straight into the slot, but not yet ahead of the compute on a stream of its own.
+// Gathers run ahead of the compute like offload's copies: the scheduler announces the pass's
+// acquisitions (plan_acquisitions), and up to prefetch_depth layers past the one computing are
+// being gathered into free slots while it computes (on Gloo's threads, or NCCL's stream), in the
+// same order on every rank. A slot holding a layer the window still wants is not reused.
 class ShardedWeights final : public schedule::WeightResidency {
  public:
   // `comm` must outlive this object. Slots: min(layers, prefetch_depth + 1), as offload uses.
@@ -55,6 +58,7 @@ class ShardedWeights final : public schedule::WeightResidency {
   // passed through shard_layer. The model must outlive this object.
   void bind_model(model::CausalLM& model);
 
+  void plan_acquisitions(const std::vector<int64_t>& order) override;
   void acquire(int64_t layer) override;
   void release(int64_t layer) override;
   bool needs_recompute(int64_t) const override { return true; }
@@ -66,6 +70,8 @@ class ShardedWeights final : public schedule::WeightResidency {
   int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }
   int64_t gathers() const { return gathers_; }
   int64_t gathered_bytes() const { return gathered_bytes_; }
+  // Acquisitions no gather ahead had prepared: the compute waited for a whole gather.
+  int64_t unprepared_acquisitions() const { return unprepared_; }
 
  private:
   struct Shard {
@@ -77,9 +83,16 @@ class ShardedWeights final : public schedule::WeightResidency {
     at::Tensor buffer;  // uint8 [slot_bytes_]
     int64_t layer = -1;
     bool acquired = false;
+    std::optional<Comm::PendingGather> gathering;  // until acquire waits for it
     uint64_t last_use = 0;
   };
-  Slot& slot_for(int64_t layer);
+  Slot* holding(int64_t layer);
+  // A slot to gather `layer` into: an empty one, else the one released longest ago among those
+  // holding no layer of the window ahead.
+  Slot* free_slot(const std::vector<int64_t>& window);
+  void start_gather(Slot& slot, int64_t layer);
+  std::vector<int64_t> window() const;
+  void gather_ahead();
 
   Comm& comm_;
   int64_t depth_;
@@ -87,7 +100,10 @@ class ShardedWeights final : public schedule::WeightResidency {
   std::map<int64_t, Shard> shards_;
   std::vector<Slot> slots_;
   int64_t slot_bytes_ = 0;
+  std::vector<int64_t> order_;  // the announced acquisitions
+  size_t cursor_ = 0;           // index in order_ of the next expected acquisition
   uint64_t clock_ = 0;
+  int64_t unprepared_ = 0;
   int64_t gathers_ = 0;
   int64_t gathered_bytes_ = 0;
   // Forward runs on the caller's thread, a CUDA backward on autograd's device thread.

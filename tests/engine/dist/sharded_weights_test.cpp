@@ -53,7 +53,7 @@ TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryR
   const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
   EXPECT_EQ(want.checkpointed, 0);
   std::vector<test::StepsResult> got(v.world);
-  std::vector<int64_t> shard_bytes(v.world), gathers(v.world);
+  std::vector<int64_t> shard_bytes(v.world), gathers(v.world), unprepared(v.world);
   test::run_ranks(v.world, std::chrono::seconds(60), [&](Comm& comm) {
     auto sharded = std::make_shared<ShardedWeights>(comm, v.depth);
     auto lm = load_sharded(v.kind, *sharded);
@@ -64,6 +64,7 @@ TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryR
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
     shard_bytes[comm.rank()] = sharded->shard_bytes();
     gathers[comm.rank()] = sharded->gathers();
+    unprepared[comm.rank()] = sharded->unprepared_acquisitions();
   });
   const int64_t layers = static_cast<int64_t>(resident.layers().size());
   for (int64_t r = 0; r < v.world; ++r) {
@@ -92,6 +93,8 @@ TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryR
     EXPECT_LE(gathers[r], 2 * 2 * layers) << what;
     EXPECT_GE(gathers[r], k == layers ? layers : 2 * 2 * (layers - k)) << what;
     EXPECT_EQ(gathers[r], gathers[0]) << what;
+    // Every acquisition found its layer gathered ahead (or being gathered) by the announced order.
+    EXPECT_EQ(unprepared[r], 0) << what;
   }
 }
 
