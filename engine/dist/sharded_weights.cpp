@@ -1,6 +1,8 @@
 // See sharded_weights.h.
 #include "engine/dist/sharded_weights.h"
 
+#include <exception>
+
 #include <ATen/ATen.h>
 
 namespace qtrain::engine::dist {
@@ -35,6 +37,18 @@ std::vector<at::Tensor> placeholders(const offload::BlobLayout& layout) {
 
 ShardedWeights::ShardedWeights(Comm& comm, int64_t prefetch_depth) : comm_(comm), depth_(prefetch_depth) {
   TORCH_CHECK(depth_ >= 1, "offload_prefetch_depth must be at least 1, got ", depth_);
+}
+
+ShardedWeights::~ShardedWeights() {
+  if (std::uncaught_exceptions() > 0) return;
+  for (auto& slot : slots_) {
+    if (!slot.gathering) continue;
+    try {
+      comm_.wait(*slot.gathering);
+    } catch (...) {
+      // A failed gather was reported by the collective that came after it; nothing to add.
+    }
+  }
 }
 
 void ShardedWeights::shard_layer(int64_t index, model::DecoderLayer& layer) {

@@ -49,6 +49,11 @@ class ShardedWeights final : public schedule::WeightResidency {
  public:
   // `comm` must outlive this object. Slots: min(layers, prefetch_depth + 1), as offload uses.
   ShardedWeights(Comm& comm, int64_t prefetch_depth);
+  // Waits for gathers still in flight (they write into the slots), unless an error is on its way
+  // out: then a peer may be gone, and the process ends anyway.
+  ~ShardedWeights() override;
+  ShardedWeights(const ShardedWeights&) = delete;
+  ShardedWeights& operator=(const ShardedWeights&) = delete;
 
   // For LoadOptions::on_layer_loaded: keeps this rank's shard of layer `index`'s base tensors,
   // where they are (the device, or host memory for a layer loaded there to be offloaded), and
