@@ -79,6 +79,7 @@ const std::vector<std::string> kKeys = {
     "use_tensorboard",
     "ddp_timeout",
     "ddp_backend",
+    "shard_base",
 };
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they

@@ -388,6 +388,7 @@ RunConfig read_config(Reader& r) {
                             between(1, kMaxDdpTimeout),
                             "use the seconds a rank waits for the others, e.g. 1800");
   c.ddp_backend = r.choice("ddp_backend", c.ddp_backend, {"auto", "nccl", "gloo"});
+  c.shard_base = r.boolean("shard_base", c.shard_base);
   r.check_all_read();
 
   // --- combinations ---

@@ -144,14 +144,16 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   auto lm = model::CausalLM::load(folder, options);
   if (sharded) {
     sharded->bind_model(lm);
-    std::fprintf(out,
-                 "shard_base: %s of the base's layers on each of %lld ranks (%s of it in host memory: offloaded "
-                 "layers), gathered into %lld slots of %s\n",
-                 offload::format_bytes(sharded->shard_bytes()).c_str(),
-                 static_cast<long long>(comm.world_size()),
-                 offload::format_bytes(sharded->host_shard_bytes()).c_str(),
-                 static_cast<long long>(sharded->num_slots()),
-                 offload::format_bytes(sharded->slot_bytes()).c_str());
+    const int64_t host = sharded->host_shard_bytes();
+    std::fprintf(
+        out,
+        "shard_base: %s of the base's layers on each of %lld ranks%s, gathered into %lld slots of %s\n",
+        offload::format_bytes(sharded->shard_bytes()).c_str(),
+        static_cast<long long>(comm.world_size()),
+        host > 0 ? (" (" + offload::format_bytes(host) + " of it in pinned host memory: the offloaded layers)").c_str()
+                 : "",
+        static_cast<long long>(sharded->num_slots()),
+        offload::format_bytes(sharded->slot_bytes()).c_str());
   }
   auto lora = lora_config(c);
   if (!c.lora_model_dir.empty()) {
