@@ -124,7 +124,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   options.device = device;
   c10::OptionalDeviceGuard device_guard;
   if (options.device.is_cuda()) device_guard.reset_device(options.device);
-  const DevicePlan device_plan = plan_device(c, options.device);
+  const DevicePlan device_plan = plan_device(c, options.device, comm.world_size());
   options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
   std::fprintf(out,
@@ -137,7 +137,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   // See Note [Sharded base] (engine/dist/sharded_weights.h): a rank keeps its slice of each layer
   // as soon as the layer is loaded.
   std::shared_ptr<dist::ShardedWeights> sharded;
-  if (c.shard_base) {
+  if (device_plan.shard_base) {
     sharded = std::make_shared<dist::ShardedWeights>(comm, c.offload_prefetch_depth);
     options.on_layer_loaded = [&sharded](int64_t i, model::DecoderLayer& layer) { sharded->shard_layer(i, layer); };
   }
