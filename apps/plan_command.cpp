@@ -8,6 +8,7 @@
 
 #include "apps/command_config.h"
 #include "engine/config/byte_size.h"
+#include "engine/dist/dist_env.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_plan.h"
@@ -19,6 +20,7 @@ struct Options {
   std::string config;
   std::string gpu_memory;
   std::string h2d_bandwidth;
+  int64_t world_size = 0;  // 0: WORLD_SIZE from the environment, else 1
   std::vector<std::string> sets;
 };
 
@@ -64,6 +66,7 @@ void run(const Options& o, int& exit_code) {
   }
   const auto model = train::read_model_config(c.base_model);
   const Budget budget = budget_of(o, c);
+  const int64_t world = o.world_size > 0 ? o.world_size : dist::dist_env().world_size;
   const auto shape = train::memory_shape(c);
   std::printf("model: %s: %s, %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
               c.base_model.c_str(),
@@ -81,8 +84,14 @@ void run(const Options& o, int& exit_code) {
       static_cast<long long>(c.micro_batch_size),
       static_cast<long long>(c.sequence_len),
       static_cast<long long>(c.gradient_accumulation_steps));
-  std::printf("budget: %s (%s)\n\n", offload::format_bytes(budget.bytes).c_str(), budget.source.c_str());
-  const auto plan = train::plan_run(c, model, budget.bytes, h2d);
+  std::printf("budget: %s (%s)%s\n\n",
+              offload::format_bytes(budget.bytes).c_str(),
+              budget.source.c_str(),
+              world > 1 ? (" on each of " + std::to_string(world) + " ranks" +
+                           (c.shard_base ? ", base sharded over them" : ", each with the whole base"))
+                              .c_str()
+                        : "");
+  const auto plan = train::plan_run(c, model, budget.bytes, h2d, world);
   std::printf("%s", offload::format_plan(plan).c_str());
   if (!plan.fits) exit_code = 1;
 }
@@ -100,6 +109,10 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   o->gpu_memory,
                   "memory budget, e.g. 24GiB or 24GB (default: gpu_memory_limit, else the GPU's memory)");
   cmd->add_option("--h2d-bandwidth", o->h2d_bandwidth, "host-to-device copy speed, e.g. 25GB/s (default: 25GB/s)");
+  cmd->add_option("--world-size",
+                  o->world_size,
+                  "ranks of the run: the plan is per rank (default: WORLD_SIZE from the environment, else 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o, &exit_code] { run(*o, exit_code); });
 }

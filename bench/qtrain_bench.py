@@ -41,9 +41,10 @@ def make_dataset(path, vocab_size, seq, rows, seed=0):
     return path
 
 
-def run_qtrain(qtrain, work, model_dir, data, seq, steps, device, extra=None):
+def run_qtrain(qtrain, work, model_dir, data, seq, steps, device, extra=None, launcher=None):
     """Trains `steps` steps (QLoRA NF4 + double quant, r 16 / alpha 32 all-linear, checkpointing
-    on, micro-batch 1, bf16 on CUDA) and returns (metrics rows, stdout)."""
+    on, micro-batch 1, bf16 on CUDA) and returns (metrics rows, stdout). `launcher`: the arguments
+    that start the ranks before `train` (["launch", "--nproc", "2"]); none: one process."""
     os.makedirs(work, exist_ok=True)
     cfg = {
         "base_model": os.path.abspath(model_dir),
@@ -64,7 +65,7 @@ def run_qtrain(qtrain, work, model_dir, data, seq, steps, device, extra=None):
     metrics = os.path.join(cfg["output_dir"], "metrics.jsonl")
     if os.path.exists(metrics):
         os.remove(metrics)
-    res = subprocess.run([qtrain, "train", path], capture_output=True, text=True)
+    res = subprocess.run([qtrain] + (launcher or []) + ["train", path], capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"qtrain train {path} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
     rows = [json.loads(line) for line in open(metrics)]

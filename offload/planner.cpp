@@ -5,12 +5,16 @@
 // until the sum fits.
 #include "offload/planner.h"
 
+#include "offload/blob_layout.h"
+
 #include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+
+#include "offload/blob_layout.h"
 
 namespace qtrain::offload {
 namespace {
@@ -31,21 +35,28 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   p.budget_bytes = request.budget_bytes;
   p.micro_batches_per_step = in.micro_batches_per_step;
   p.h2d_bytes_per_s = request.h2d_bytes_per_s;
+  p.world_size = request.world_size;
+  p.shard_base = request.shard_base;
+  const int64_t world = request.world_size, unit = world * kBlobAlignment;
 
   std::vector<bool> offloaded(n, false);
   for (const int64_t i : p.offloaded_layers) offloaded[i] = true;
-  int64_t resident = 0, saved = in.saved_outside_layers, checkpointed_saved = 0, full_saved = 0;
+  int64_t resident = 0, saved = in.saved_outside_layers, checkpointed_saved = 0, full_saved = 0, gathered = 0;
   int64_t num_full = 0, transient = in.loss_workspace;
   std::string transient_what = "the loss's chunk of logits";
   for (int64_t i = 0; i < n; ++i) {
     const LayerCost& l = in.layers[i];
-    const bool checkpointed = l.checkpointed || offloaded[i];
+    // A sharded layer's blob is padded to N * 256 bytes and cut in N; its rank keeps one part.
+    const int64_t padded = request.shard_base ? (l.blob_bytes + unit - 1) / unit * unit : l.blob_bytes;
+    const int64_t kept = padded / (request.shard_base ? world : 1);
+    const bool checkpointed = l.checkpointed || offloaded[i] || request.shard_base;
     if (offloaded[i]) {
-      p.host_bytes += l.blob_bytes;
-      p.slot_bytes = std::max(p.slot_bytes, l.blob_bytes);
+      p.host_bytes += kept;
     } else {
-      resident += l.blob_bytes;
+      resident += kept;
     }
+    if (offloaded[i] || request.shard_base) p.slot_bytes = std::max(p.slot_bytes, padded);
+    if (request.shard_base) gathered += padded - kept;
     if (checkpointed) {
       ++p.num_checkpointed;
       checkpointed_saved += l.saved_checkpointed;
@@ -62,8 +73,10 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
     }
   }
   saved += checkpointed_saved + full_saved;
-  p.num_slots = k > 0 ? std::min(k, request.prefetch_depth + 1) : 0;
+  const int64_t streamed = request.shard_base ? n : k;  // layers that pass through the slots
+  p.num_slots = streamed > 0 ? std::min(streamed, request.prefetch_depth + 1) : 0;
   p.h2d_bytes_per_step = 2 * p.host_bytes * in.micro_batches_per_step;
+  p.gather_bytes_per_step = 2 * gathered * in.micro_batches_per_step;
   p.h2d_seconds_per_step = static_cast<double>(p.h2d_bytes_per_step) / request.h2d_bytes_per_s;
   if (k > 0) {
     const auto& o = p.offloaded_layers;
@@ -72,12 +85,14 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   }
 
   auto& rows = p.rows;
-  rows.push_back(
-      {"decoder layer weights, resident", std::to_string(n - k) + " of " + std::to_string(n) + " layers", resident});
+  const std::string shards = request.shard_base ? ", 1/" + std::to_string(world) + " of each (shards)" : "";
+  rows.push_back({"decoder layer weights, resident",
+                  std::to_string(n - k) + " of " + std::to_string(n) + " layers" + shards,
+                  resident});
   rows.push_back({"decoder layer weights, offloaded",
-                  std::to_string(k) + " layers in pinned host RAM (" + format_bytes(p.host_bytes) + ")",
+                  std::to_string(k) + " layers in pinned host RAM (" + format_bytes(p.host_bytes) + ")" + shards,
                   0});
-  rows.push_back({"device slots for offloaded layers",
+  rows.push_back({request.shard_base ? "device slots for gathered layers" : "device slots for offloaded layers",
                   p.num_slots == 0 ? "none" : std::to_string(p.num_slots) + " x " + format_bytes(p.slot_bytes),
                   p.num_slots * p.slot_bytes});
   rows.push_back({"embeddings, output head, norms, biases", "always resident", in.fixed_bytes});
@@ -147,6 +162,7 @@ MemoryPlan plan_memory(const PlanInputs& in, const PlanRequest& request) {
               " bytes/s; give a positive bandwidth such as 25GB/s");
   TORCH_CHECK(
       in.micro_batches_per_step >= 1, "gradient_accumulation_steps is ", in.micro_batches_per_step, "; use 1 or more");
+  TORCH_CHECK(request.world_size >= 1, "the world size is ", request.world_size, "; use 1 or more ranks");
   if (request.offload_layers) {
     const int64_t k = *request.offload_layers;
     TORCH_CHECK(k >= 0 && k <= n,
@@ -180,7 +196,9 @@ std::string format_bytes(int64_t bytes) {
 }
 
 std::string format_plan(const MemoryPlan& p) {
-  std::string out = "GPU memory per step\n";
+  std::string out = p.world_size > 1
+                        ? printf_string("GPU memory per step, per rank (%" PRId64 " ranks)\n", p.world_size)
+                        : std::string("GPU memory per step\n");
   const auto line = [&](const std::string& what, const std::string& detail, const std::string& bytes) {
     out += printf_string("  %-40s %12s  %s\n", what.c_str(), bytes.c_str(), detail.c_str());
   };
@@ -208,6 +226,13 @@ std::string format_plan(const MemoryPlan& p) {
                          p.prefetch_depth);
   }
   out += p.auto_offload ? " (offload_layers: auto)\n" : " (offload_layers: " + std::to_string(k) + ")\n";
+  if (p.shard_base) {
+    out += printf_string("  base sharded over %" PRId64 " ranks: each keeps 1/%" PRId64
+                         " of every layer and gathers whole layers into %" PRId64 " device slots\n",
+                         p.world_size,
+                         p.world_size,
+                         p.num_slots);
+  }
   out += printf_string(
       "  %" PRId64 " of %" PRId64 " layers checkpointed (recomputed in backward)\n", p.num_checkpointed, p.num_layers);
   out += "PCIe host-to-device traffic per step: " + format_bytes(p.h2d_bytes_per_step);
@@ -223,6 +248,12 @@ std::string format_plan(const MemoryPlan& p) {
         p.min_resident_gap == 0 ? ": copies are hidden only if one layer's compute outlasts one copy" : "");
   } else {
     out += "\n";
+  }
+  if (p.shard_base) {
+    out += "all-gather traffic per step and rank: " + format_bytes(p.gather_bytes_per_step) +
+           printf_string(" received (%" PRId64 " layers x 2 gathers x %" PRId64 " micro-batches)\n",
+                         p.num_layers,
+                         p.micro_batches_per_step);
   }
   if (!p.fits) out += "does not fit: " + p.advice + "\n";
   return out;

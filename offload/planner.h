@@ -52,10 +52,15 @@ struct PlanInputs {
 };
 
 struct PlanRequest {
-  int64_t budget_bytes = 0;
+  int64_t budget_bytes = 0;               // per rank
   std::optional<int64_t> offload_layers;  // nullopt: the fewest layers that make the step fit
-  int64_t prefetch_depth = 1;             // layers copied ahead of the compute
+  int64_t prefetch_depth = 1;             // layers copied (or gathered) ahead of the compute
   double h2d_bytes_per_s = kDefaultH2dBytesPerSecond;
+  int64_t world_size = 1;  // ranks of the run; each plans the same memory
+  // Each rank keeps 1/world_size of every layer's blob (padded to world_size * kBlobAlignment)
+  // and gathers whole layers into min(layers, prefetch_depth + 1) slots; every layer is then
+  // checkpointed. Offloaded layers keep their shards in pinned host RAM.
+  bool shard_base = false;
 };
 
 // One line of the table: a part of the GPU memory.
@@ -67,14 +72,18 @@ struct PlanRow {
 
 struct MemoryPlan {
   int64_t num_layers = 0;
+  int64_t world_size = 1;  // the bytes are per rank
+  bool shard_base = false;
   bool auto_offload = false;              // the planner chose offloaded_layers
   std::vector<int64_t> offloaded_layers;  // ascending
   int64_t prefetch_depth = 1;
-  int64_t num_slots = 0;         // device slots: min(offloaded layers, prefetch_depth + 1)
-  int64_t slot_bytes = 0;        // the largest blob of the offloaded layers
+  // Device slots: min(offloaded layers, prefetch_depth + 1), or with shard_base min(layers,
+  // prefetch_depth + 1), each the largest blob (padded) of the layers that pass through them.
+  int64_t num_slots = 0;
+  int64_t slot_bytes = 0;
   int64_t num_checkpointed = 0;  // the policy's layers and the offloaded ones
   std::vector<PlanRow> rows;     // GPU memory; they sum to total_bytes
-  int64_t host_bytes = 0;        // pinned host memory holding the offloaded layers
+  int64_t host_bytes = 0;        // pinned host memory holding the offloaded layers (their shards)
   int64_t total_bytes = 0;
   int64_t budget_bytes = 0;
   bool fits = false;
@@ -82,6 +91,9 @@ struct MemoryPlan {
   // micro-batch.
   int64_t micro_batches_per_step = 1;
   int64_t h2d_bytes_per_step = 0;
+  // With shard_base: the bytes a rank receives from the others per step, each layer gathered in
+  // forward and again for its recompute, in every micro-batch ((N-1)/N of its padded blob each).
+  int64_t gather_bytes_per_step = 0;
   double h2d_bytes_per_s = kDefaultH2dBytesPerSecond;
   double h2d_seconds_per_step = 0;
   // Fewest resident layers between two offloaded ones (whose compute hides the next copy);
@@ -91,7 +103,8 @@ struct MemoryPlan {
 };
 
 // Offloads `request.offload_layers` layers, or with nullopt the smallest number (0..n) that
-// fits; when even all n do not fit, the plan with all n and fits == false.
+// fits; when even all n do not fit, the plan with all n and fits == false. The bytes are those of
+// one rank.
 MemoryPlan plan_memory(const PlanInputs& inputs, const PlanRequest& request);
 
 // `k` of `n` layers, evenly spaced (the centres of k equal spans), ascending: between two

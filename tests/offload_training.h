@@ -3,10 +3,12 @@
 // training steps of it under a given residency.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -14,23 +16,32 @@
 
 namespace qtrain::test {
 
-inline engine::model::CausalLM load_llama_with_lora(engine::model::QuantSpec::Kind kind,
-                                                    at::ScalarType dtype = at::kFloat,
-                                                    const at::Device& device = at::kCPU) {
+// `on_layer_loaded` and `host_layers` go into the load options (a sharded base takes its slices there); the LoRA
+// B init draws from a generator of its own, so ranks on threads of one test get the same model.
+inline engine::model::CausalLM load_llama_with_lora(
+    engine::model::QuantSpec::Kind kind,
+    at::ScalarType dtype = at::kFloat,
+    const at::Device& device = at::kCPU,
+    double dropout = 0.1,
+    std::function<void(int64_t, engine::model::DecoderLayer&)> on_layer_loaded = {},
+    std::vector<int64_t> host_layers = {}) {
   engine::model::QuantSpec q;
   q.kind = kind;
   q.double_quant = true;
-  auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"),
-                                          {q, dtype, device, {}});
+  engine::model::LoadOptions options{q, dtype, device, std::move(host_layers)};
+  options.on_layer_loaded = std::move(on_layer_loaded);
+  auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"), options);
   engine::lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;
-  c.dropout = 0.1;
+  c.dropout = dropout;
   c.target_all_linear = true;
   engine::model::attach_new_lora(lm, c, 11);
-  at::manual_seed(5);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
   at::NoGradGuard no_grad;
-  for (auto& [name, a] : engine::model::lora_adapters(lm)) a.b.normal_(0, 0.05);
+  for (auto& [name, a] : engine::model::lora_adapters(lm)) {
+    a.b.copy_(at::empty(a.b.sizes(), at::kFloat).normal_(0, 0.05, gen));
+  }
   return lm;
 }
 

@@ -51,7 +51,9 @@ void EntrySet::add(const std::string& key, Entry entry) {
 void EntrySet::add_top_level(Entry entry) {
   const std::string key = entry.key;  // a copy: `entry` is moved below
   const auto& keys = run_config_keys();
-  if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+  const auto& folded = folded_keys();
+  if (std::find(keys.begin(), keys.end(), key) != keys.end() ||
+      std::find(folded.begin(), folded.end(), key) != folded.end()) {
     add(key, std::move(entry));
   } else if (key == kBnbKwargs) {
     add_bnb_kwargs(entry);
@@ -69,6 +71,7 @@ void EntrySet::add_top_level(Entry entry) {
     }
   } else {
     std::vector<std::string> candidates = keys;
+    candidates.insert(candidates.end(), folded.begin(), folded.end());
     candidates.push_back(kBnbKwargs);
     fail(entry.key_place(), key, unknown_key_message(key, candidates));
   }

@@ -79,7 +79,11 @@ const std::vector<std::string> kKeys = {
     "use_tensorboard",
     "ddp_timeout",
     "ddp_backend",
+    "shard_base",
 };
+
+// See folded_keys() in config_keys.h.
+const std::vector<std::string> kFoldedKeys = {"fsdp", "fsdp_config", "fsdp_version"};
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
 // were written at the top level.
@@ -196,8 +200,6 @@ const std::vector<IgnoredKey> kIgnored = {
     {"lora_o_kernel", "qtrain's LoRA layers pick their kernels themselves"},
     {"fused_attn_kernel", "qtrain chooses its attention kernel itself"},
     {"eval_sample_packing", "evaluation batches are not packed; training is the same"},
-    {"fsdp", "FSDP shards the same training over GPUs; qtrain places weights itself (offload_layers)"},
-    {"fsdp_config", "FSDP shards the same training over GPUs; qtrain places weights itself (offload_layers)"},
     {"ddp_find_unused_parameters", "a DDP setting; qtrain's LoRA parameters all take part in every step"},
     {"trust_remote_code", "qtrain runs no code from the model folder; its architectures are built in"},
     // The class or tokenizer axolotl loads with: qtrain builds the model config.json names and reads
@@ -207,6 +209,10 @@ const std::vector<IgnoredKey> kIgnored = {
 };
 
 }  // namespace
+
+const std::vector<std::string>& folded_keys() {
+  return kFoldedKeys;
+}
 
 const std::vector<std::string>& run_config_keys() {
   return kKeys;

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <fstream>
@@ -40,6 +41,88 @@ std::string text_of_token(const Entry& e, const std::string& example) {
     e.fail_value("expected a token, got " + shown(e.value) + "; write e.g. " + example);
   }
   return e.value.Scalar();
+}
+
+// Note [FSDP keys]
+// axolotl turns FSDP on with `fsdp: [full_shard, auto_wrap]` (or the string "full_shard auto_wrap",
+// as transformers' TrainingArguments reads it) and tunes it with `fsdp_config`; from axolotl 0.10
+// `fsdp_config` (with `fsdp_version: 2`) is enough. qtrain's counterpart is shard_base: a sharding
+// strategy (full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2) or an fsdp_config turns it
+// on, no_shard leaves it off. What FSDP tunes besides (wrapping, state-dict type, its own CPU
+// offload of parameters, ...) has no counterpart, since qtrain shards each decoder layer's
+// quantized bytes and gathers them layer by layer: those options are named once as ignored, and
+// FSDP's parameter offload is pointed to offload_layers. A written shard_base that disagrees is
+// an error.
+void read_fsdp(Reader& r, RunConfig& c) {
+  static const std::vector<std::string> kStrategies = {
+      "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"};
+  std::optional<bool> on;
+  std::string on_place;
+  r.guard({"fsdp"}, [&] {
+    const Entry* e = r.find("fsdp");
+    if (!e) return;
+    std::vector<std::string> words;
+    if (e->value.IsScalar()) {
+      std::istringstream in(e->value.Scalar());
+      for (std::string w; in >> w;) words.push_back(w);
+    } else {
+      words = r.strings_of(*e, "[full_shard, auto_wrap]");
+    }
+    for (const auto& w : words) {
+      if (std::find(kStrategies.begin(), kStrategies.end(), w) != kStrategies.end()) {
+        on = true;
+      } else if (w == "no_shard") {
+        on = on.value_or(false);
+      } else if (w == "auto_wrap") {
+        c.ignored_keys.push_back("fsdp: auto_wrap (qtrain shards and gathers each decoder layer)");
+      } else if (w == "offload") {
+        c.ignored_keys.push_back(
+            "fsdp: offload (FSDP's CPU offload of parameters; qtrain streams layers from host RAM with offload_layers: "
+            "auto)");
+      } else {
+        e->fail_value("'" + w +
+                      "' is not an FSDP option; use full_shard (qtrain's shard_base: true), shard_grad_op, "
+                      "hybrid_shard, hybrid_shard_zero2, no_shard, offload or auto_wrap");
+      }
+    }
+    on_place = r.place_of("fsdp");
+  });
+  r.guard({"fsdp_config"}, [&] {
+    const Entry* e = r.find("fsdp_config");
+    if (!e) return;
+    if (!e->value.IsMap()) e->fail_value("expected a mapping of FSDP options, e.g. {fsdp_offload_params: false}");
+    if (!on) {
+      on = true;
+      on_place = r.place_of("fsdp_config");
+    }
+    std::vector<std::string> names;
+    bool offload_params = false;
+    for (const auto& kv : e->value) {
+      const std::string name = kv.first.IsScalar() ? kv.first.Scalar() : shown(kv.first);
+      names.push_back(name);
+      offload_params = offload_params || ((name == "fsdp_offload_params" || name == "offload_params") &&
+                                          kv.second.IsScalar() && parse_bool(kv.second.Scalar()).value_or(false));
+    }
+    if (!names.empty()) {
+      c.ignored_keys.push_back("fsdp_config: " + join(names, ", ") +
+                               " (FSDP's tuning; qtrain shards each decoder layer's quantized bytes and gathers them "
+                               "layer by layer" +
+                               (offload_params ? "; for parameters in host RAM use offload_layers: auto" : "") + ")");
+    }
+  });
+  r.guard({"fsdp_version"}, [&] {
+    if (const Entry* e = r.find("fsdp_version")) {
+      c.ignored_keys.push_back("fsdp_version: " + shown(e->value) + " (qtrain's sharding has one version)");
+    }
+  });
+  if (!on) return;
+  r.guard({"shard_base"}, [&] {
+    if (const Entry* e = r.find_written("shard_base"); e && !e->value.IsNull() && c.shard_base != *on) {
+      e->fail_value(std::string("shard_base is ") + (c.shard_base ? "true" : "false") + " but " + on_place +
+                    (*on ? " turns sharding on" : " says no_shard") + "; remove one of the two");
+    }
+  });
+  c.shard_base = *on;
 }
 
 RunConfig read_config(Reader& r) {
@@ -388,6 +471,8 @@ RunConfig read_config(Reader& r) {
                             between(1, kMaxDdpTimeout),
                             "use the seconds a rank waits for the others, e.g. 1800");
   c.ddp_backend = r.choice("ddp_backend", c.ddp_backend, {"auto", "nccl", "gloo"});
+  c.shard_base = r.boolean("shard_base", c.shard_base);
+  read_fsdp(r, c);  // See Note [FSDP keys].
   r.check_all_read();
 
   // --- combinations ---

@@ -264,6 +264,9 @@ struct RunConfig {
   // The c10d backend of a multi-process run (transformers' key): auto takes NCCL when the device is
   // a GPU and Gloo otherwise; gloo on a GPU stages every collective through host memory.
   std::string ddp_backend = "auto";
+  // shard_base (or axolotl's fsdp): each rank keeps 1/world_size of the base's layers and gathers
+  // a layer before it computes (engine/dist/sharded_weights.h).
+  bool shard_base = false;
 
   // Not a key: the axolotl settings of this config that change speed, not what is trained, and
   // that qtrain therefore accepts and ignores, each as "key (why)". Commands print them once

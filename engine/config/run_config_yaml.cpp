@@ -196,6 +196,7 @@ std::string to_yaml(const RunConfig& c) {
   line("use_tensorboard", boolean_text(c.use_tensorboard));
   line("ddp_timeout", std::to_string(c.ddp_timeout));
   line("ddp_backend", c.ddp_backend);
+  line("shard_base", boolean_text(c.shard_base));
   return out.str();
 }
 

@@ -154,17 +154,56 @@ void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
 at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
   std::vector<int64_t> shape = {env_.world_size};
   shape.insert(shape.end(), t.sizes().begin(), t.sizes().end());
-  if (!backend_) return t.reshape(shape);
+  auto out = at::empty({env_.world_size * t.numel()}, t.options());
+  allgather_into(out, t, what);
+  return out.view(shape);
+}
+
+void Comm::allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what) {
+  auto pending = start_allgather_into(out, t, what);
+  wait(pending);
+}
+
+Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what) {
+  TORCH_CHECK(out.is_contiguous() && out.numel() == env_.world_size * t.numel() && out.dtype() == t.dtype(),
+              "allgather_into: the output must be contiguous ",
+              t.dtype(),
+              " [",
+              env_.world_size * t.numel(),
+              "], got ",
+              out.dtype(),
+              " ",
+              out.sizes());
+  PendingGather p;
+  p.out = out;
+  p.what = std::move(what);
+  if (!backend_) {
+    p.out.copy_(t.reshape({-1}));
+    return p;
+  }
   const auto start = Clock::now();
-  auto in = staged(t);
-  auto out = at::empty({env_.world_size * t.numel()}, in.options());
   try {
-    backend_->_allgather_base(out, in)->wait();
+    p.staged_out = staged(out);
+    p.staged_in = staged(t).reshape({-1});
+    p.work = backend_->_allgather_base(p.staged_out, p.staged_in);
   } catch (const std::exception& e) {
-    fail(what, e);
+    fail(p.what, e);
   }
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
-  return out.view(shape).to(t.device());
+  return p;
+}
+
+void Comm::wait(PendingGather& p) {
+  if (!p.work) return;
+  const auto start = Clock::now();
+  try {
+    p.work->wait();
+    if (!p.staged_out.is_same(p.out)) p.out.copy_(p.staged_out);
+  } catch (const std::exception& e) {
+    fail(p.what, e);
+  }
+  p.work.reset();
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void Comm::barrier(const std::string& what) {

@@ -17,6 +17,7 @@
 #include <c10/core/Device.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "engine/dist/dist_env.h"
 
@@ -58,6 +59,23 @@ class Comm {
   void allreduce_sum(at::Tensor& t, const std::string& what);
   // [world_size, t.sizes()...]: row r is rank r's `t`. Every rank's `t` has the same shape and dtype.
   at::Tensor allgather(const at::Tensor& t, const std::string& what);
+  // The same into `out`, contiguous with world_size * t.numel() elements of t's dtype: rank r's `t`
+  // lands at [r * t.numel(), (r + 1) * t.numel()). With NCCL and `out` on the rank's GPU the
+  // gather writes there directly (a sharded layer into its device slot).
+  void allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what);
+
+  // allgather_into, started: the gather runs while the caller goes on (on Gloo's threads, or on
+  // NCCL's stream) and has landed in `out` once wait() returns for it (with NCCL: for the work
+  // the current stream enqueues after). Every rank starts the same gathers in the same order.
+  class PendingGather {
+   private:
+    friend class Comm;
+    c10::intrusive_ptr<c10d::Work> work;  // null in a run of one: already done
+    at::Tensor out, staged_out, staged_in;
+    std::string what;
+  };
+  PendingGather start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what);
+  void wait(PendingGather& pending);
   void barrier(const std::string& what);
 
   // Tells the other ranks why this one is about to stop: the first line of `e`'s message (they

@@ -290,6 +290,7 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
                   in,
                   "]");
     }
+    if (options.on_layer_loaded) options.on_layer_loaded(i, l);
     m.layers_.push_back(std::move(l));
   }
   return m;

@@ -4,6 +4,7 @@
 // model holds weights and computes pieces; the layer loop belongs to engine/schedule.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -28,6 +29,10 @@ struct LoadOptions {
   // axolotl's model_config: config.json keys whose values replace the file's (as axolotl sets
   // them on the transformers config before loading), e.g. {"output_router_logits": true}.
   nlohmann::json model_config = nlohmann::json::object();
+  // Called with each decoder layer (and its index) once it is loaded and checked, before the next
+  // one is read: a sharded base (engine/dist/sharded_weights.h) keeps its slice of the layer
+  // here, so that loading never holds more than one whole layer besides the slices.
+  std::function<void(int64_t, DecoderLayer&)> on_layer_loaded;
 };
 
 class CausalLM {

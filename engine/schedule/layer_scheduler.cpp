@@ -86,6 +86,17 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
   return h;
 }
 
+void LayerScheduler::skip_eval(const ExecutionPlan& plan) {
+  TORCH_CHECK(!plan.training(), "skip_eval was given a training plan; make it with prepare_eval()");
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < plan.num_layers(); ++i) order.push_back(i);
+  residency_->plan_acquisitions(order);
+  for (const int64_t i : order) {
+    residency_->acquire(i);
+    residency_->release(i);
+  }
+}
+
 LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepInputs& inputs) {
   TORCH_CHECK(plan.training(), "a training step was given an eval plan; make it with prepare_training()");
   TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");

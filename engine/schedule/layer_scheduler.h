@@ -60,6 +60,10 @@ class LayerScheduler {
   LossResult eval_loss(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
     return eval_loss(plan, StepInputs{ids, labels, {}, {}, {}});
   }
+  // Acquires and releases every layer in the order eval_loss does, computing nothing: a rank with
+  // no evaluation batch left keeps in step with those that have one, when the residency gathers
+  // layers collectively (a sharded base). An eval plan is required.
+  void skip_eval(const ExecutionPlan& plan);
   // Final-norm hidden states [B, T, H] (for logits), under an eval plan.
   at::Tensor eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids);
 

@@ -12,10 +12,17 @@
 #include "offload/simulated_copy_engine.h"
 
 namespace qtrain::engine::train {
+namespace {
 
-DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
+// The budget of a plan made on the CPU, where there is no device memory to fit: it always fits.
+constexpr int64_t kNoBudget = int64_t{1} << 62;
+
+}  // namespace
+
+DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int64_t world_size) {
   DevicePlan p;
   p.device = device;
+  p.shard_base = c.shard_base;
   const bool offload = c.offload_layers_auto || c.offload_layers > 0;
   if (!device.is_cuda() && !offload) return p;
   TORCH_CHECK(device.is_cuda() || !c.offload_layers_auto,
@@ -25,17 +32,10 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
               "which tests the machinery and saves no memory), or set offload_layers: 0");
   const auto model = read_model_config(c.base_model);
   if (!device.is_cuda()) {
-    // No device memory to plan: the layers are spread as the planner would spread them.
-    TORCH_CHECK(c.offload_layers <= model.num_layers,
-                "offload_layers is ",
-                c.offload_layers,
-                " but ",
-                c.base_model.string(),
-                " has ",
-                model.num_layers,
-                " layers; use at most ",
-                model.num_layers);
-    p.offloaded_layers = offload::spread_layers(c.offload_layers, model.num_layers);
+    // No device memory to plan, but the same planner chooses the layers, against no budget.
+    auto plan = plan_run(c, model, kNoBudget, offload::kDefaultH2dBytesPerSecond, world_size);
+    p.offloaded_layers = plan.offloaded_layers;
+    p.memory = std::move(plan);
     p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();
     return p;
   }
@@ -55,8 +55,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device) {
     p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*p.copy_engine, int64_t{256} << 20);
     std::printf("offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
   }
-  auto plan =
-      plan_run(c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond);
+  auto plan = plan_run(
+      c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond, world_size);
   TORCH_CHECK(plan.fits,
               "the run does not fit ",
               config::format_byte_size(budget),

@@ -24,16 +24,17 @@ struct DevicePlan {
   // On CUDA, always; on the CPU only when layers are offloaded (through the simulated copy
   // engine: it exercises the machinery and saves no memory).
   std::optional<offload::MemoryPlan> memory;
-  std::vector<int64_t> offloaded_layers;
+  std::vector<int64_t> offloaded_layers;  // from `memory`: the planner decides them
+  bool shard_base = false;                // each rank keeps 1/world_size of the base (the planner counted it)
   // When layers are offloaded: the copy engine (CUDA, or simulated on the CPU) and, on CUDA, the
   // bandwidth it measured.
   std::shared_ptr<offload::CopyEngine> copy_engine;
   double h2d_bytes_per_s = 0;
 };
 
-// Plans the run on `device`, prints the plan, and on CUDA limits the allocator to the budget.
-// Errors, with the table and its advice, when the plan does not fit.
-DevicePlan plan_device(const config::RunConfig& config, const at::Device& device);
+// Plans the run on `device` for each of `world_size` ranks, prints the plan, and on CUDA limits
+// the allocator to the budget. Errors, with the table and its advice, when the plan does not fit.
+DevicePlan plan_device(const config::RunConfig& config, const at::Device& device, int64_t world_size = 1);
 
 // The residency the plan implies for the loaded model: null when every layer is resident.
 std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& plan,

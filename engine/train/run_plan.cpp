@@ -15,8 +15,11 @@ namespace {
 // Below this, halving sequence_len stops being advice anyone can take.
 constexpr int64_t kShortestSequenceAdvised = 128;
 
-offload::MemoryPlan plan_once(const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+offload::MemoryPlan plan_once(
+    const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d, int64_t world_size) {
   offload::PlanRequest request;
+  request.world_size = world_size;
+  request.shard_base = c.shard_base;
   request.budget_bytes = budget;
   if (!c.offload_layers_auto) request.offload_layers = c.offload_layers;
   request.prefetch_depth = c.offload_prefetch_depth;
@@ -35,15 +38,23 @@ std::string outcome(const offload::MemoryPlan& p) {
 }
 
 // The config changes that would make the plan fit, one per line; `c` does not fit.
-std::string changes_that_fit(const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d) {
+std::string changes_that_fit(
+    const config::RunConfig& c, const model::ModelConfig& m, int64_t budget, double h2d, int64_t world_size) {
   config::RunConfig automatic = c;
   automatic.offload_layers_auto = true;
   automatic.offload_layers = 0;
-  const auto plan_of = [&](const config::RunConfig& d) { return plan_once(d, m, budget, h2d); };
+  const auto plan_of = [&](const config::RunConfig& d) { return plan_once(d, m, budget, h2d, world_size); };
 
   std::vector<Change> candidates;
   if (!c.offload_layers_auto) candidates.push_back({"offload_layers: auto", automatic});
   config::RunConfig all = automatic;  // every change at once, for when no single one is enough
+  if (world_size > 1 && !c.shard_base) {
+    config::RunConfig d = automatic;
+    d.shard_base = all.shard_base = true;
+    candidates.push_back({"shard_base: true (each of the " + std::to_string(world_size) + " ranks keeps 1/" +
+                              std::to_string(world_size) + " of the base)",
+                          d});
+  }
   if (c.gradient_checkpointing != config::GradientCheckpointing::every_layer) {
     config::RunConfig d = automatic;
     d.gradient_checkpointing = all.gradient_checkpointing = config::GradientCheckpointing::every_layer;
@@ -124,9 +135,10 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c) {
 offload::MemoryPlan plan_run(const config::RunConfig& config,
                              const model::ModelConfig& model,
                              int64_t budget_bytes,
-                             double h2d_bytes_per_s) {
-  offload::MemoryPlan plan = plan_once(config, model, budget_bytes, h2d_bytes_per_s);
-  if (!plan.fits) plan.advice += changes_that_fit(config, model, budget_bytes, h2d_bytes_per_s);
+                             double h2d_bytes_per_s,
+                             int64_t world_size) {
+  offload::MemoryPlan plan = plan_once(config, model, budget_bytes, h2d_bytes_per_s, world_size);
+  if (!plan.fits) plan.advice += changes_that_fit(config, model, budget_bytes, h2d_bytes_per_s, world_size);
   return plan;
 }
 

@@ -19,13 +19,15 @@ model::ModelConfig read_model_config(const std::filesystem::path& base_model);
 // What the run's settings mean for its memory on a CUDA device (bf16: auto is bf16 there).
 schedule::MemoryShape memory_shape(const config::RunConfig& config);
 
-// The plan for `budget_bytes` of device memory: offload_layers as the config says (auto: as few
-// as fit), offload_prefetch_depth, and host-to-device copies at `h2d_bytes_per_s`. When it does
-// not fit, its advice ends with the config changes that would make it fit, each checked by
-// planning again.
+// The plan for `budget_bytes` of device memory on each of `world_size` ranks: offload_layers as
+// the config says (auto: as few as fit), offload_prefetch_depth, shard_base, and host-to-device
+// copies at `h2d_bytes_per_s`. When it does not fit, its advice ends with the config changes that
+// would make it fit, each checked by planning again. This is the one place that decides which
+// layers are offloaded and whether the base is sharded; the trainer carries its result.
 offload::MemoryPlan plan_run(const config::RunConfig& config,
                              const model::ModelConfig& model,
                              int64_t budget_bytes,
-                             double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond);
+                             double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond,
+                             int64_t world_size = 1);
 
 }  // namespace qtrain::engine::train

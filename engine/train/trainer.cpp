@@ -16,6 +16,7 @@
 #include "engine/data/model_tokenizer.h"
 #include "engine/dist/comm.h"
 #include "engine/dist/dist_env.h"
+#include "engine/dist/sharded_weights.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -70,20 +71,29 @@ schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device,
 // aux_loss it logs is the mean aux per micro-batch (about top_k when the routing is balanced).
 // Evaluation (eval_loss) is the cross-entropy alone.
 
-// Rank r evaluates batches r, r + world_size, ...; the sums are summed over the ranks.
+// Rank r evaluates batches r, r + world_size, ...; the sums are summed over the ranks. With a
+// sharded base every rank takes part in every layer's gather, so in the last round a rank without
+// a batch passes through the layers without computing (`lockstep`).
 double evaluate(schedule::LayerScheduler& scheduler,
                 const std::vector<data::Sample>& samples,
                 const config::RunConfig& c,
                 int64_t pad_id,
                 const at::Device& device,
-                dist::Comm& comm) {
+                dist::Comm& comm,
+                bool lockstep) {
   data::DataLoader loader(samples, c.micro_batch_size, c.sequence_len, /*packing=*/false, c.seed, pad_id);
   const auto plan = scheduler.prepare_eval();
+  const int64_t n = loader.batches_per_epoch(), world = comm.world_size();
   double sum = 0;
   int64_t tokens = 0;
-  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+  for (int64_t i = 0; i < (n + world - 1) / world * world; ++i) {
+    const bool mine = i % world == comm.rank();
+    if (i >= n) {
+      if (mine && lockstep) scheduler.skip_eval(plan);
+      continue;
+    }
     const auto batch = loader.next();
-    if (i % comm.world_size() != comm.rank()) continue;
+    if (!mine) continue;
     const auto r = scheduler.eval_loss(plan, step_inputs(batch, device, /*packed=*/false));
     sum += r.loss_sum.item<double>();
     tokens += r.tokens;
@@ -114,7 +124,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   options.device = device;
   c10::OptionalDeviceGuard device_guard;
   if (options.device.is_cuda()) device_guard.reset_device(options.device);
-  const DevicePlan device_plan = plan_device(c, options.device);
+  const DevicePlan device_plan = plan_device(c, options.device, comm.world_size());
   options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
   std::fprintf(out,
@@ -124,7 +134,27 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                c10::toString(options.dtype),
                base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   std::fflush(out);
+  // See Note [Sharded base] (engine/dist/sharded_weights.h): a rank keeps its slice of each layer
+  // as soon as the layer is loaded.
+  std::shared_ptr<dist::ShardedWeights> sharded;
+  if (device_plan.shard_base) {
+    sharded = std::make_shared<dist::ShardedWeights>(comm, c.offload_prefetch_depth);
+    options.on_layer_loaded = [&sharded](int64_t i, model::DecoderLayer& layer) { sharded->shard_layer(i, layer); };
+  }
   auto lm = model::CausalLM::load(folder, options);
+  if (sharded) {
+    sharded->bind_model(lm);
+    const int64_t host = sharded->host_shard_bytes();
+    std::fprintf(
+        out,
+        "shard_base: %s of the base's layers on each of %lld ranks%s, gathered into %lld slots of %s\n",
+        offload::format_bytes(sharded->shard_bytes()).c_str(),
+        static_cast<long long>(comm.world_size()),
+        host > 0 ? (" (" + offload::format_bytes(host) + " of it in pinned host memory: the offloaded layers)").c_str()
+                 : "",
+        static_cast<long long>(sharded->num_slots()),
+        offload::format_bytes(sharded->slot_bytes()).c_str());
+  }
   auto lora = lora_config(c);
   if (!c.lora_model_dir.empty()) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
@@ -203,8 +233,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                "optimizer: %s, state %.2f MiB\n",
                std::string(optimizer->name()).c_str(),
                static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
-  const auto offloaded = make_residency(device_plan, lm, c);
-  schedule::LayerScheduler scheduler(lm, offloaded);
+  // Offloaded layers of a sharded base stream through the gather, not through offload's ring.
+  const auto offloaded = sharded ? nullptr : make_residency(device_plan, lm, c);
+  std::shared_ptr<schedule::WeightResidency> residency = offloaded;
+  if (sharded) residency = sharded;
+  schedule::LayerScheduler scheduler(lm, residency);
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
                       : c.gradient_checkpointing == config::GradientCheckpointing::every_kth
                           ? schedule::CheckpointPolicy::every_kth
@@ -424,7 +457,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       window_start = now;
     }
     if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
-      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device, comm);
+      const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device, comm, sharded != nullptr);
       scheduler.prepare_training(policy, c.gradient_checkpointing_every_k);  // back to training mode
       if (metrics) metrics->log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
       std::fprintf(out,

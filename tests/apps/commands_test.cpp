@@ -724,5 +724,46 @@ TEST_F(Commands, PlanFitsGemma4MoeOn24GiBInNf4AndInInt8WithOffload) {
       << bf16_experts.out;
 }
 
+// Llama-2-70B's public config.json shape (fsdp_qlora's two-card anchor), QLoRA NF4 with double
+// quantization, r=16 on every linear layer, sequence 2048, micro-batch 1, checkpointing, 24 GiB a
+// rank. Per rank: the whole base is 32.89 GiB of layers; sharded over 2 ranks 16.44 GiB, and with
+// replicated LoRA/AdamW (3.09 GiB), checkpointed activations (2.59 GiB) and a layer's recompute
+// (2.29 GiB) the step needs 28.09 GiB, so shards of about a quarter of the layers go to pinned host
+// RAM; over 3 ranks it fits with nothing offloaded.
+TEST_F(Commands, PlanFitsLlama2_70bOnTwo24GiBRanksWithAShardedBase) {
+  const auto model = dir_ / "llama2-70b";
+  fs::create_directories(model);
+  std::ofstream(model / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": false, "torch_dtype": "float16"})";
+  std::ofstream(dir_ / "70b.yaml") << "base_model: llama2-70b\nload_in_4bit: true\nbnb_4bit_use_double_quant: true\n"
+                                   << "adapter: qlora\nlora_r: 16\nlora_alpha: 16\nlora_dropout: 0\n"
+                                   << "lora_target_linear: true\nsequence_len: 2048\nmicro_batch_size: 1\n"
+                                   << "gradient_checkpointing: true\nbf16: auto\nshard_base: true\n";
+  const std::string plan = qtrain() + " plan " + (dir_ / "70b.yaml").string() + " --gpu-memory 24GiB";
+  const auto two = run(plan + " --world-size 2 --set offload_layers=auto", true);
+  ASSERT_EQ(two.status, 0) << two.out;
+  for (const char* part : {"GPU memory per step, per rank (2 ranks)",
+                           "on each of 2 ranks, base sharded over them",
+                           "1/2 of each (shards)",
+                           "base sharded over 2 ranks",
+                           "layers in pinned host RAM",
+                           "fits"}) {
+    EXPECT_NE(two.out.find(part), std::string::npos) << part << "\n" << two.out;
+  }
+  // Without offload two ranks do not fit, and the advice says what does.
+  const auto resident = run(plan + " --world-size 2", true);
+  EXPECT_NE(resident.status, 0) << resident.out;
+  EXPECT_NE(resident.out.find("to make it fit, change one of:\n  - offload_layers: auto"), std::string::npos)
+      << resident.out;
+  EXPECT_TRUE(run(plan + " --world-size 3", true).status == 0) << "three ranks fit with nothing offloaded";
+  // Two ranks with the whole base each: the advice names shard_base.
+  const auto whole = run(plan + " --world-size 2 --set shard_base=false", true);
+  EXPECT_NE(whole.status, 0) << whole.out;
+  EXPECT_NE(whole.out.find("  - shard_base: true (each of the 2 ranks keeps 1/2 of the base)"), std::string::npos)
+      << whole.out;
+}
+
 }  // namespace
 }  // namespace qtrain

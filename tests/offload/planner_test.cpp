@@ -8,6 +8,7 @@
 
 #include <numeric>
 
+#include "offload/blob_layout.h"
 #include "tests/expect_error.h"
 
 namespace qtrain::offload {
@@ -205,6 +206,50 @@ TEST(Planner, RefusesBadRequestsNamingTheKey) {
   PlanRequest r = request(kGiB);
   r.prefetch_depth = 0;
   test::expect_error([&] { plan_memory(in, r); }, "offload_prefetch_depth is 0");
+  r.prefetch_depth = 1;
+  r.world_size = 0;
+  test::expect_error([&] { plan_memory(in, r); }, "the world size is 0; use 1 or more ranks");
+}
+
+TEST(Planner, AShardedBaseKeepsOnePaddedShardPerLayerAndGathersWholeLayers) {
+  // Blobs that are not a multiple of N * 256 bytes, so the padding shows.
+  auto in = inputs(4, /*checkpointed=*/false);
+  for (size_t i = 0; i < in.layers.size(); ++i) in.layers[i].blob_bytes = 100 * kMiB + 1000 + 300 * i;
+  const auto whole = plan_memory(in, request(100 * kGiB, 0));
+  for (const int64_t world : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(world) + " ranks");
+    auto r = request(100 * kGiB, 1);
+    r.world_size = world;
+    r.shard_base = true;
+    const auto p = plan_memory(in, r);
+    const int64_t unit = world * kBlobAlignment;
+    int64_t kept_resident = 0, largest = 0, received = 0;
+    for (size_t i = 0; i < in.layers.size(); ++i) {
+      const int64_t padded = (in.layers[i].blob_bytes + unit - 1) / unit * unit;
+      ASSERT_EQ(padded % world, 0);
+      if (i != 2) kept_resident += padded / world;  // spread_layers(1, 4) offloads layer 2
+      largest = std::max(largest, padded);
+      received += padded - padded / world;
+    }
+    EXPECT_EQ(p.offloaded_layers, std::vector<int64_t>{2});
+    EXPECT_EQ(p.rows[0].bytes, kept_resident);
+    const int64_t padded2 = (in.layers[2].blob_bytes + unit - 1) / unit * unit;
+    EXPECT_EQ(p.host_bytes, padded2 / world);  // the offloaded layer's shard, in pinned host RAM
+    // Every layer passes through the slots, so every layer is recomputed.
+    EXPECT_EQ(p.num_slots, 2);
+    EXPECT_EQ(p.slot_bytes, largest);
+    EXPECT_EQ(p.num_checkpointed, 4);
+    EXPECT_EQ(p.h2d_bytes_per_step, 2 * p.host_bytes * in.micro_batches_per_step);
+    EXPECT_EQ(p.gather_bytes_per_step, 2 * received * in.micro_batches_per_step);
+    EXPECT_EQ(sum_rows(p), p.total_bytes);
+    // More ranks, less of the base on each; the unsharded plan keeps it all.
+    if (world > 1) EXPECT_LT(p.rows[0].bytes * world, whole.rows[0].bytes + 4 * unit);
+    const auto table = format_plan(p);
+    EXPECT_NE(table.find("base sharded over " + std::to_string(world) + " ranks"), std::string::npos) << table;
+    EXPECT_NE(table.find("all-gather traffic per step and rank"), std::string::npos) << table;
+  }
+  EXPECT_EQ(whole.gather_bytes_per_step, 0);
+  EXPECT_EQ(whole.num_checkpointed, 0);
 }
 
 }  // namespace

@@ -834,6 +834,37 @@ optimizer: paged_adamw_32bit
   EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_fused\n").optimizer, "adamw_torch");
 }
 
+// See Note [FSDP keys]: axolotl's fsdp list or string, or an fsdp_config alone, turn shard_base
+// on; FSDP's own tuning is named as ignored; a contradiction or an unknown option is an error.
+TEST(RunConfigTest, FsdpKeysTurnOnTheShardedBase) {
+  EXPECT_FALSE(parse(kMinimal).shard_base);
+  EXPECT_TRUE(parse(kHead + "shard_base: true\n").shard_base);
+  const RunConfig listed = parse(kHead +
+                                 "fsdp:\n  - full_shard\n  - auto_wrap\nfsdp_config:\n"
+                                 "  fsdp_offload_params: true\n  fsdp_state_dict_type: FULL_STATE_DICT\n");
+  EXPECT_TRUE(listed.shard_base);
+  const std::vector<std::string> expected = {
+      "fsdp: auto_wrap (qtrain shards and gathers each decoder layer)",
+      "fsdp_config: fsdp_offload_params, fsdp_state_dict_type (FSDP's tuning; qtrain shards each decoder layer's "
+      "quantized bytes and gathers them layer by layer; for parameters in host RAM use offload_layers: auto)"};
+  EXPECT_EQ(listed.ignored_keys, expected);
+  EXPECT_TRUE(parse(kHead + "fsdp: full_shard auto_wrap\n").shard_base);  // TrainingArguments' string
+  EXPECT_TRUE(parse(kHead + "fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: true\n").shard_base);
+  EXPECT_FALSE(parse(kHead + "fsdp: no_shard\nfsdp_config:\n  fsdp_use_orig_params: false\n").shard_base);
+  EXPECT_TRUE(parse(kHead + "fsdp: full_shard\nshard_base: true\n").shard_base);  // agreeing is fine
+  // The key survives the round trip through run_config.yaml as shard_base.
+  EXPECT_TRUE(parse(to_yaml(listed)).shard_base);
+  for (const auto& [yaml, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"fsdp: [full_shard, bogus]\n",
+            "run.yaml:3:7: fsdp: 'bogus' is not an FSDP option; use full_shard (qtrain's shard_base: true)"},
+           {"fsdp_config: 3\n", "run.yaml:3:14: fsdp_config: expected a mapping of FSDP options"},
+           {"shard_base: false\nfsdp: full_shard\n",
+            "run.yaml:3:13: shard_base: shard_base is false but run.yaml:4:1 turns sharding on; remove one of the two"},
+       }) {
+    test::expect_error([&] { parse(kHead + yaml); }, fragment);
+  }
+}
+
 // axolotl's evals_per_epoch / saves_per_epoch are read as counts (the trainer turns them into
 // steps, See Note [Steps per epoch]); with eval_steps / save_steps as well they are refused, as
 // axolotl refuses them, naming both places.
@@ -1082,8 +1113,8 @@ TEST(RunConfigTest, DocsListEveryKey) {
   std::ostringstream text;
   text << in.rdbuf();
   const std::string docs = text.str();
-  for (const std::string& key : run_config_keys()) {
-    EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
+  for (const auto& table : {run_config_keys(), folded_keys()}) {
+    for (const std::string& key : table) EXPECT_NE(docs.find("`" + key + "`"), std::string::npos) << key;
   }
   for (const auto& table : {refused_keys(), refused_dataset_keys()}) {
     for (const RefusedKey& refused : table) {

@@ -4,47 +4,19 @@
 // failed rank] (engine/dist/comm.cpp).
 #include "engine/dist/comm.h"
 
-#include <functional>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "engine/dist/nccl_backend.h"
 #include "tests/expect_error.h"
-#include "tests/free_port.h"
+#include "tests/thread_ranks.h"
 
 namespace qtrain::engine::dist {
 namespace {
 
-DistEnv rank_env(int64_t rank, int64_t world, int port) {
-  DistEnv e;
-  e.rank = rank;
-  e.world_size = world;
-  e.local_rank = rank;
-  e.local_world_size = world;
-  e.master_addr = "127.0.0.1";
-  e.master_port = port;
-  return e;
-}
-
-// Runs body(comm) on `world` threads, one rank each; an exception in a rank fails the test.
-void run_ranks(int64_t world, std::chrono::seconds timeout, const std::function<void(Comm&)>& body) {
-  const int port = test::free_port();
-  std::vector<std::thread> threads;
-  for (int64_t r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Comm comm(rank_env(r, world, port), timeout);
-        body(comm);
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << "rank " << r << ": " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+using test::run_ranks;
 
 TEST(Comm, ARunOfOneHasNoStoreAndCollectivesAreTheIdentity) {
   DistEnv one;  // no variables: world size 1, no MASTER_ADDR or port to reach

@@ -255,6 +255,46 @@ TEST_F(DataParallel, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
       "was written by a run of 2 rank(s) and this run has 1");
 }
 
+TEST_F(DataParallel, TwoRanksWithAShardedBaseTrainAsTwoRanksWithout) {
+  // One held-out row: one evaluation batch, so rank 1 passes through the layers without one
+  // (LayerScheduler::skip_eval) while rank 0 gathers them with it. With one layer also offloaded,
+  // its shard gathers from host memory.
+  const std::vector<std::string> sets = {"gradient_accumulation_steps=1", "val_set_size=1", "eval_steps=2"};
+  auto sharded_sets = sets;
+  sharded_sets.insert(sharded_sets.end(), {"shard_base=true", "offload_layers=1"});
+  const std::vector<std::string> launch = {"launch", "--nproc", "2", "--master-port", "0", "train"};
+  run(qtrain(launch, "whole", sets), "whole");
+  run(qtrain(launch, "sharded", sharded_sets), "sharded");
+  // Every gather puts back the very bytes of the layer (See Note [Sharded base]): bitwise.
+  const auto a = step_records(dir_ / "whole"), b = step_records(dir_ / "sharded");
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i].at("loss").get<double>(), b[i].at("loss").get<double>()) << "step " << i + 1;
+    EXPECT_EQ(a[i].at("grad_norm").get<double>(), b[i].at("grad_norm").get<double>()) << "step " << i + 1;
+  }
+  const auto evals = [](const fs::path& dir) {
+    std::vector<double> out;
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("eval_loss")) out.push_back(j.at("eval_loss").get<double>());
+    }
+    return out;
+  };
+  const auto ea = evals(dir_ / "whole"), eb = evals(dir_ / "sharded");
+  ASSERT_EQ(ea.size(), 2u);
+  EXPECT_EQ(ea, eb);
+  const auto x = io::load_peft_adapter(dir_ / "whole"), y = io::load_peft_adapter(dir_ / "sharded");
+  for (const auto& [name, ad] : x.adapters) {
+    EXPECT_TRUE(test::bitwise_equal(ad.a, y.adapters.at(name).a)) << name;
+    EXPECT_TRUE(test::bitwise_equal(ad.b, y.adapters.at(name).b)) << name;
+  }
+  const auto out = read(dir_ / "sharded.out");
+  EXPECT_NE(out.find("shard_base: "), std::string::npos) << out;
+  EXPECT_NE(out.find(" on each of 2 ranks"), std::string::npos) << out;
+}
+
 TEST_F(DataParallel, ARankThatDiesIsNamedAndLaunchStopsTheOthers) {
   const pid_t launcher =
       spawn(qtrain({"launch", "--nproc", "2", "--master-port", "0", "train"}, "dies", {"max_steps=100000"}),

@@ -1,0 +1,83 @@
+// A sharded base on GPUs (label gpu; each test skips itself without enough of them): on one GPU a
+// run of one keeps its shards on the device, or in pinned host memory for offloaded layers, and
+// trains bit for bit as the resident model; on two GPUs two NCCL ranks gather into device slots
+// and train bit for bit as the resident model on one. The CPU tests over Gloo
+// (sharded_weights_test.cpp) check the same on every machine.
+#include <ATen/ATen.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <gtest/gtest.h>
+
+#include "engine/dist/sharded_weights.h"
+#include "tests/offload_training.h"
+#include "tests/thread_ranks.h"
+
+namespace qtrain::engine::dist {
+namespace {
+
+using model::QuantSpec;
+using schedule::CheckpointPolicy;
+
+int64_t gpus() {
+  return at::hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
+}
+
+void expect_same_steps(const test::StepsResult& got, const test::StepsResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_TRUE(test::bitwise_equal(got.losses[s], want.losses[s])) << what << ", step " << s;
+  }
+  ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    EXPECT_TRUE(test::bitwise_equal(got.grads[i], want.grads[i])) << what << ", gradient " << i;
+  }
+}
+
+TEST(ShardedWeightsCuda, ARunOfOneOnOneGpuTrainsAsTheResidentModel) {
+  if (gpus() < 1) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu(at::kCUDA, 0);
+  auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kBFloat16, gpu, 0.0);
+  const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
+  DistEnv one;
+  Comm comm(one, std::chrono::seconds(60));
+  auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+  // Layer 1 loads into host memory, as an offloaded layer does: its shard stays there, pinned.
+  auto lm = test::load_llama_with_lora(QuantSpec::Kind::nf4,
+                                       at::kBFloat16,
+                                       gpu,
+                                       0.0,
+                                       [&](int64_t i, model::DecoderLayer& l) { sharded->shard_layer(i, l); },
+                                       {1});
+  sharded->bind_model(lm);
+  EXPECT_GT(sharded->host_shard_bytes(), 0);
+  EXPECT_LT(sharded->host_shard_bytes(), sharded->shard_bytes());
+  expect_same_steps(test::two_steps(lm, sharded, CheckpointPolicy::none), want, "one rank on cuda:0");
+  EXPECT_EQ(sharded->unprepared_acquisitions(), 0);
+}
+
+TEST(ShardedWeightsCuda, TwoNcclRanksOnTwoGpusTrainAsTheResidentModel) {
+  if (gpus() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  std::vector<test::StepsResult> want(2), got(2);
+  for (int r = 0; r < 2; ++r) {
+    auto resident = test::load_llama_with_lora(
+        QuantSpec::Kind::nf4, at::kBFloat16, at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(r)), 0.0);
+    want[r] = test::two_steps(resident, nullptr, CheckpointPolicy::none);
+  }
+  test::run_ranks(
+      2,
+      std::chrono::seconds(120),
+      [&](Comm& comm) {
+        auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+        const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(comm.rank()));
+        auto lm = test::load_llama_with_lora(
+            QuantSpec::Kind::nf4, at::kBFloat16, gpu, 0.0, [&](int64_t i, model::DecoderLayer& l) {
+              sharded->shard_layer(i, l);
+            });
+        sharded->bind_model(lm);
+        got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
+      },
+      DdpBackend::nccl);
+  for (int r = 0; r < 2; ++r) expect_same_steps(got[r], want[r], "rank " + std::to_string(r));
+}
+
+}  // namespace
+}  // namespace qtrain::engine::dist

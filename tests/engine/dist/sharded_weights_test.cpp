@@ -1,0 +1,150 @@
+// A base sharded across ranks (threads of this process over Gloo): each rank keeps 1/N of every
+// layer's quantized bytes, and training through the gathered layers gives losses and LoRA
+// gradients bitwise identical to the unsharded model (float, NF4 and INT8 bases; 1, 2 and 3
+// ranks), with every layer recomputed even with checkpointing off. Between acquisitions a layer's
+// base tensors hold no bytes; a rank without an evaluation batch keeps in step with skip_eval.
+#include "engine/dist/sharded_weights.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "tests/expect_error.h"
+#include "tests/offload_training.h"
+#include "tests/thread_ranks.h"
+
+namespace qtrain::engine::dist {
+namespace {
+
+using model::QuantSpec;
+using schedule::CheckpointPolicy;
+
+struct Variant {
+  QuantSpec::Kind kind;
+  int64_t world;
+  int64_t depth;
+  std::string name;
+  friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+};
+
+// LoRA dropout off: the ranks are threads sharing the global generator.
+model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedWeights& sharded) {
+  auto lm = test::load_llama_with_lora(
+      kind, at::kFloat, at::kCPU, 0.0, [&](int64_t i, model::DecoderLayer& l) { sharded.shard_layer(i, l); });
+  sharded.bind_model(lm);
+  return lm;
+}
+
+int64_t base_bytes(const model::CausalLM& lm) {
+  int64_t total = 0;
+  for (const auto& layer : lm.layers()) {
+    for (const auto* lin : layer.weight_linears()) {
+      for (const auto& t : lin->base_tensors()) total += t.nbytes();
+    }
+  }
+  return total;
+}
+
+class ShardedEquivalence : public testing::TestWithParam<Variant> {};
+
+TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryRank) {
+  const auto& v = GetParam();
+  auto resident = test::load_llama_with_lora(v.kind, at::kFloat, at::kCPU, 0.0);
+  const int64_t whole = base_bytes(resident);
+  const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
+  EXPECT_EQ(want.checkpointed, 0);
+  std::vector<test::StepsResult> got(v.world);
+  std::vector<int64_t> shard_bytes(v.world), gathers(v.world), unprepared(v.world);
+  test::run_ranks(v.world, std::chrono::seconds(60), [&](Comm& comm) {
+    auto sharded = std::make_shared<ShardedWeights>(comm, v.depth);
+    auto lm = load_sharded(v.kind, *sharded);
+    // Outside an acquisition the layers hold shapes, not bytes.
+    for (const auto* lin : lm.layers()[0].weight_linears()) {
+      for (const auto& t : lin->base_tensors()) EXPECT_TRUE(t.is_meta()) << lin->name;
+    }
+    got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
+    shard_bytes[comm.rank()] = sharded->shard_bytes();
+    gathers[comm.rank()] = sharded->gathers();
+    unprepared[comm.rank()] = sharded->unprepared_acquisitions();
+  });
+  const int64_t layers = static_cast<int64_t>(resident.layers().size());
+  for (int64_t r = 0; r < v.world; ++r) {
+    const std::string what = v.name + ", rank " + std::to_string(r);
+    // Every layer is recomputed in backward even with checkpointing off: its slot is reused.
+    EXPECT_EQ(got[r].checkpointed, layers) << what;
+    ASSERT_EQ(got[r].losses.size(), want.losses.size()) << what;
+    for (size_t s = 0; s < want.losses.size(); ++s) {
+      EXPECT_TRUE(test::bitwise_equal(got[r].losses[s], want.losses[s]))
+          << what << ", step " << s << ": " << got[r].losses[s].item<double>() << " vs "
+          << want.losses[s].item<double>();
+    }
+    ASSERT_EQ(got[r].grads.size(), want.grads.size()) << what;
+    for (size_t i = 0; i < want.grads.size(); ++i) {
+      ASSERT_GT(want.grads[i].abs().sum().item<double>(), 0) << "gradient " << i << " is zero";
+      EXPECT_TRUE(test::bitwise_equal(got[r].grads[i], want.grads[i])) << what << ", gradient " << i;
+    }
+    // 1/N of the bytes, up to the blob alignment and the padding to N * 256 bytes per layer.
+    const int64_t slack = layers * (64 * offload::kBlobAlignment + v.world * offload::kBlobAlignment);
+    EXPECT_LE(shard_bytes[r] * v.world, whole + slack) << what;
+    EXPECT_GE(shard_bytes[r] * v.world, whole) << what;
+    // Two steps, each a forward and a recompute per layer; a layer still in one of the k slots
+    // is not gathered again (the last k of a forward for their recompute, the first k of the
+    // next forward), and with a slot for every layer each is gathered once.
+    const int64_t k = std::min<int64_t>(layers, v.depth + 1);
+    EXPECT_LE(gathers[r], 2 * 2 * layers) << what;
+    EXPECT_GE(gathers[r], k == layers ? layers : 2 * 2 * (layers - k)) << what;
+    EXPECT_EQ(gathers[r], gathers[0]) << what;
+    // Every acquisition found its layer gathered ahead (or being gathered) by the announced order.
+    EXPECT_EQ(unprepared[r], 0) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Bases,
+                         ShardedEquivalence,
+                         testing::Values(Variant{QuantSpec::Kind::nf4, 2, 1, "nf4_2ranks"},
+                                         Variant{QuantSpec::Kind::nf4, 3, 2, "nf4_3ranks_depth2"},
+                                         Variant{QuantSpec::Kind::int8, 2, 1, "int8_2ranks"},
+                                         Variant{QuantSpec::Kind::none, 1, 1, "float_1rank"}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
+  auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
+  const auto ref = io::SafetensorsFile::open(test::model_fixture("llama") / "reference.safetensors");
+  schedule::LayerScheduler plain(resident);
+  const auto want = plain.eval_loss(plain.prepare_eval(), ref.tensor("ids"), ref.tensor("labels"));
+  std::vector<at::Tensor> losses(2);
+  test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
+    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded);
+    schedule::LayerScheduler scheduler(lm, sharded);
+    const auto plan = scheduler.prepare_eval();
+    // Rank 0 evaluates two batches, rank 1 one: its second pass gathers without computing.
+    for (int pass = 0; pass < 2; ++pass) {
+      if (comm.rank() == 0 || pass == 0) {
+        losses[comm.rank()] = scheduler.eval_loss(plan, ref.tensor("ids"), ref.tensor("labels")).loss_sum;
+      } else {
+        scheduler.skip_eval(plan);
+      }
+    }
+    // Two slots, more layers: the second pass finds none of its layers still gathered.
+    ASSERT_GT(lm.layers().size(), 2u);
+    EXPECT_EQ(sharded->gathers(), 2 * static_cast<int64_t>(lm.layers().size()));
+  });
+  for (const auto& l : losses) EXPECT_TRUE(test::bitwise_equal(l, want.loss_sum));
+}
+
+TEST(ShardedWeights, AForwardOutsideAnAcquisitionFailsInsteadOfReadingASlot) {
+  DistEnv one;
+  Comm comm(one, std::chrono::seconds(1));
+  ShardedWeights sharded(comm, 1);
+  auto lm = load_sharded(QuantSpec::Kind::nf4, sharded);
+  const auto& layer = lm.layers()[0];
+  const auto x = at::randn({1, 3, lm.config().hidden_size});
+  EXPECT_ANY_THROW(layer.q.forward(x, false));
+  test::expect_error([&] { sharded.release(0); }, "layer 0 is released but was not acquired");
+  sharded.acquire(0);
+  EXPECT_EQ(layer.q.forward(x, false).sizes(), x.sizes());  // q_proj: hidden -> heads * head_dim = hidden
+  sharded.release(0);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::dist
