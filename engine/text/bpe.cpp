@@ -73,8 +73,14 @@ Bpe Bpe::parse(const nlohmann::json& j, const JsonSite& site) {
   if (!j.contains("vocab") || !j["vocab"].is_object()) fail(vsite, "expected an object {token: id}");
   m.vocab_.reserve(j["vocab"].size());
   for (const auto& [token, id] : j["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
       fail(vsite.key(token), "expected a non-negative integer id, got " + id.dump());
+    }
+    // Ids index a table here and a model's embedding later: a huge one is a broken file.
+    if (id.get<int64_t>() > kMaxTokenId) {
+      fail(vsite.key(token),
+           "id " + id.dump() + " is above " + std::to_string(kMaxTokenId) +
+               ", the largest token id qtrain accepts (no real vocabulary comes near it): the file is damaged");
     }
     m.vocab_.emplace(token, id.get<int32_t>());
   }

@@ -27,6 +27,11 @@ struct PieceToken {
   uint32_t end;
 };
 
+// The largest token id a vocabulary may hold: below the largest vocab_size config.json may give
+// (2^22, engine/model/model_config.cpp), so that every id can index a model's embedding. The
+// largest real vocabularies (Gemma's) have 262,144 tokens.
+inline constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
 class Bpe {
  public:
   static Bpe parse(const nlohmann::json& j, const JsonSite& site);

@@ -109,5 +109,20 @@ TEST(Bpe, MergeOutsideTheVocabularyIsAnError) {
   }
 }
 
+// Found by fuzz/tokenizer_fuzz: an id of 2^31 - 1 sized the id table to 16 GB before any error.
+TEST(Bpe, AnIdBeyondAnyVocabularyIsAnErrorNotAHugeTable) {
+  auto j = tiny_json({"a", "b"}, nlohmann::json::array());
+  j["model"]["vocab"]["b"] = 2147483647;
+  try {
+    make(j);
+    FAIL() << "no error";
+  } catch (const TokenizerError& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny/tokenizer.json: model.vocab.b"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("id 2147483647 is above 4194303"), std::string::npos) << e.what();
+  }
+  j["model"]["vocab"]["b"] = kMaxTokenId;  // the limit itself is accepted
+  EXPECT_NO_THROW(make(j));
+}
+
 }  // namespace
 }  // namespace qtrain::engine::text::test
