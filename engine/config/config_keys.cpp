@@ -83,7 +83,7 @@ const std::vector<std::string> kKeys = {
 };
 
 // See folded_keys() in config_keys.h.
-const std::vector<std::string> kFoldedKeys = {"fsdp", "fsdp_config", "fsdp_version"};
+const std::vector<std::string> kFoldedKeys = {"fsdp", "fsdp_config", "fsdp_version", "overrides_of_model_config"};
 
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
 // were written at the top level.

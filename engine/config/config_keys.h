@@ -12,7 +12,8 @@ namespace qtrain::engine::config {
 // The keys of RunConfig, in the order of the header, the docs and to_yaml.
 const std::vector<std::string>& run_config_keys();
 // axolotl keys that qtrain reads into one of its own: fsdp, fsdp_config and fsdp_version into
-// shard_base (See Note [FSDP keys] in run_config.cpp). to_yaml writes the key they set.
+// shard_base (See Note [FSDP keys] in run_config.cpp), overrides_of_model_config (the older
+// spelling) into model_config. to_yaml writes the key they set.
 const std::vector<std::string>& folded_keys();
 // axolotl nests the bitsandbytes settings in this map; qtrain reads these keys from it as if they
 // were written at the top level.

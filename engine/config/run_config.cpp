@@ -157,13 +157,24 @@ RunConfig read_config(Reader& r) {
                "use a magnitude such as 6.0 (bitsandbytes' default); 0 computes every column in int8");
   c.int8_compute = r.choice("int8_compute", c.int8_compute, {"dequantize", "llm_int8"});
   c.quantize_moe_experts = r.boolean("quantize_moe_experts", c.quantize_moe_experts);
-  r.guard({"model_config"}, [&] {
+  r.guard({"model_config", "overrides_of_model_config"}, [&] {
     const Entry* e = r.find("model_config");
+    // axolotl's older spelling of the same map.
+    if (const Entry* older = r.find("overrides_of_model_config")) {
+      if (e) {
+        fail(older->key_place(),
+             older->key,
+             "model_config is given too (at " + e->key_place() +
+                 "); overrides_of_model_config is its older spelling: keep one of them");
+      }
+      e = older;
+    }
     if (!e) return;
-    const std::string example = "model_config: {output_router_logits: true}";
+    const std::string example = e->key + ": {output_router_logits: true}";
     if (!e->value.IsMap()) e->fail_value("expected a map, got " + shown(e->value) + "; write e.g. " + example);
-    for (const Entry& inner : map_entries(e->value, e->origin, "model_config.")) {
-      const std::string name = inner.key.substr(std::string("model_config.").size());
+    const std::string prefix = e->key + ".";
+    for (const Entry& inner : map_entries(e->value, e->origin, prefix)) {
+      const std::string name = inner.key.substr(prefix.size());
       if (name == "output_router_logits") {
         c.output_router_logits = r.boolean_of(inner);
       } else if (name == "router_aux_loss_coef") {

@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/data/leading_tokens.h"
 #include "engine/text/chat_template.h"
 #include "engine/text/jinja_error.h"
 #include "engine/text/json_depth.h"
@@ -48,6 +49,17 @@ namespace {
 // scripts/reference/chat_data_reference.py applies the same rules with transformers; the test
 // compares the two token for token.
 constexpr size_t kEotSearch = 4;
+
+// Note [Long chat rows]
+// A conversation is tokenized as a completion row is (Note [Leading tokens]): when it holds more
+// than sequence_len tokens only its first sequence_len + 1 are made, which is exact for the
+// sample, since a longer one is dropped or refused (excess_length_strategy drop, raise) or cut to
+// its first sequence_len tokens (truncate), whose labels follow from the turns and spans up to
+// there. One rule looks past the cut: train_on_eot or train_on_eos `last` trains the end of turn
+// after the last turn, which may lie beyond it. A truncated conversation with either option
+// `last` is therefore tokenized whole, and refused above kMaxWholeChatBytes rendered bytes
+// (whole, a 100 MB row took 3 GB) with the ways out.
+constexpr size_t kMaxWholeChatBytes = size_t{16} << 20;
 
 const std::map<std::string, std::string>& builtin_roles() {
   static const std::map<std::string, std::string> roles = {{"human", "user"},
@@ -370,6 +382,7 @@ std::vector<int64_t> token_ids(const std::vector<std::string>& names, const Text
 std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
                                        const TextTokenizer& tokenizer,
                                        bool train_on_inputs,
+                                       size_t max_tokens,
                                        const RowMapOptions& rows) {
   auto source = d.chat_template_source.empty() ? tokenizer.chat_template() : d.chat_template_source;
   if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
@@ -398,6 +411,8 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
   std::set<std::string> trained_roles;
   for (const auto& r : d.roles_to_train) trained_roles.insert(template_role(r, d).value_or(r));
   const bool any_all = d.train_on_eos == "all" || train_on_eot == "all";
+  // See Note [Long chat rows].
+  const bool whole = d.excess_length_strategy == "truncate" && (train_on_eot == "last" || d.train_on_eos == "last");
 
   const auto row_samples = [&](const nlohmann::ordered_json& raw, const std::string& where, auto& samples) {
     const auto row = without_nulls(raw);
@@ -430,7 +445,16 @@ std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
     } catch (const text::TemplateError& e) {
       TORCH_CHECK(false, where, ": the chat template refused this conversation: ", e.what());
     }
-    const auto tokens = tokenizer.tokenize(rendered, /*add_special_tokens=*/false);
+    TORCH_CHECK(!whole || rendered.size() <= kMaxWholeChatBytes,
+                where,
+                ": the conversation renders to ",
+                rendered.size(),
+                " bytes, and with excess_length_strategy: truncate and train_on_eot/train_on_eos: last it would be "
+                "tokenized whole (its last end of turn may lie past the cut; the limit is ",
+                kMaxWholeChatBytes,
+                " bytes); shorten the row, use excess_length_strategy: drop, or train_on_eot: turn");
+    const auto tokens = whole ? tokenizer.tokenize(rendered, /*add_special_tokens=*/false)
+                              : tokenize_leading(tokenizer, rendered, /*add_special_tokens=*/false, max_tokens);
     Sample s;
     s.input_ids = tokens.ids;
     s.labels.assign(tokens.ids.size(), -100);

@@ -18,10 +18,12 @@ namespace qtrain::engine::data {
 
 // Every row of `d.path` as a sample (before truncation and dropping; see load_dataset). Errors
 // name the file, line, field and fix.
-// train_on_inputs trains every turn, as axolotl's.
+// train_on_inputs trains every turn, as axolotl's. A conversation of more than `max_tokens`
+// tokens may come back cut after max_tokens + 1 of them (See Note [Long chat rows]).
 std::vector<Sample> read_chat_template(const config::DatasetConfig& d,
                                        const TextTokenizer& tokenizer,
                                        bool train_on_inputs,
+                                       size_t max_tokens,
                                        const RowMapOptions& rows = {});
 
 }  // namespace qtrain::engine::data

@@ -206,7 +206,7 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
   } else if (type == "completion") {
     samples = read_completion(d, *tokenizer, max_tokens, rows);
   } else if (type == "chat_template") {
-    samples = read_chat_template(d, *tokenizer, train_on_inputs, rows);
+    samples = read_chat_template(d, *tokenizer, train_on_inputs, max_tokens, rows);
   } else if (type == "input_output") {
     samples = read_input_output(d, *tokenizer, train_on_inputs, max_tokens, rows);
   } else {

@@ -16,11 +16,14 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
+#include "engine/io/peft_adapter.h"
+#include "engine/lora/lora_linear.h"
 #include "engine/model/init_model.h"
 #include "ops/quant/kbit.h"
 #include "tests/reference.h"
@@ -118,6 +121,30 @@ TEST_F(Commands, EvalRejectsABadConfigWithAMessage) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("bad.yaml:2:1: lora_rank: unknown key 'lora_rank'; did you mean 'lora_r'?"), std::string::npos)
       << r.out;
+}
+
+// An adapter trained on a base of hidden size 32, evaluated on the fixture's hidden-64 base: a
+// clean error naming the adapter file, the tensor, both shapes and the fix, not a shape error in
+// a matmul (or, as before, a loss computed with the wrong adapter).
+TEST_F(Commands, EvalRefusesAnAdapterOfAnotherWidthNamingTheFileAndTheFix) {
+  engine::lora::LoraConfig c;
+  c.r = 4;
+  c.alpha = 8;
+  c.target_modules = {"q_proj"};
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const auto adapter = dir_ / "hidden32";
+  engine::io::save_peft_adapter(
+      adapter, c, {{"model.layers.0.self_attn.q_proj", engine::lora::lora_init(32, 32, c, gen)}}, "org/hidden-32");
+  const auto config = write_config(test::model_fixture("llama") / "base");
+  const auto r = run(qtrain() + " eval " + config.string() + " --adapter " + adapter.string(), /*with_stderr=*/true);
+  EXPECT_NE(r.status, 0) << r.out;
+  for (const std::string part : {(adapter / "adapter_model.safetensors").string(),
+                                 std::string("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [4, "
+                                             "32] but the base model's model.layers.0.self_attn.q_proj needs [4, 64]"),
+                                 std::string("use the base it was trained on, or an adapter trained on this one")}) {
+    EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("\"loss\""), std::string::npos) << r.out;
 }
 
 TEST_F(Commands, QuantizeWritesAFolderTransformersAndQtrainLoadUnchanged) {

@@ -194,6 +194,11 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_EQ(c.output_router_logits, true);
   EXPECT_EQ(c.router_aux_loss_coef, 0.02);
   EXPECT_EQ(parse(kMinimal).output_router_logits, std::nullopt);
+  // axolotl's older spelling of model_config reads the same.
+  const auto older = parse(std::string(kMinimal) +
+                           "overrides_of_model_config: {output_router_logits: true, router_aux_loss_coef: 0.5}\n");
+  EXPECT_EQ(older.output_router_logits, true);
+  EXPECT_EQ(older.router_aux_loss_coef, 0.5);
   EXPECT_EQ(c.adapter, "qlora");
   EXPECT_EQ(c.lora_r, 32);
   EXPECT_EQ(c.lora_alpha, 64);
@@ -462,6 +467,14 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        "from model_config; change other values in the model's config.json"},
       {kHead + "model_config: {router_aux_loss_coef: -1}\n", {}, "model_config.router_aux_loss_coef: "},
       {kHead + "model_config: true\n", {}, "model_config: expected a map, got 'true'"},
+      {kHead + "overrides_of_model_config: {num_experts: 4}\n",
+       {},
+       "run.yaml:3:29: overrides_of_model_config.num_experts: qtrain reads only output_router_logits and "
+       "router_aux_loss_coef"},
+      {kHead + "model_config: {output_router_logits: true}\noverrides_of_model_config: {output_router_logits: true}\n",
+       {},
+       "run.yaml:4:1: overrides_of_model_config: model_config is given too (at run.yaml:3:1); "
+       "overrides_of_model_config is its older spelling: keep one of them"},
       // wrong types
       {kHead + "lora_r: abc\n", {}, "run.yaml:3:9: lora_r: expected an integer, got 'abc'; use a rank of 1 or more"},
       {kHead + "lora_r: 1.5\n", {}, "run.yaml:3:9: lora_r: expected an integer, got '1.5'"},

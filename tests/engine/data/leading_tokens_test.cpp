@@ -147,5 +147,77 @@ TEST(LeadingTokens, AMultiMegabyteCompletionRowTokenizesOnlyAPrefix) {
   fs::remove_all(dir);
 }
 
+// The same for a conversation (Note [Long chat rows]): a 1.5 MB assistant turn after a
+// short user turn. Cut to sequence_len (truncate), the ids and labels are those of the whole
+// conversation (read with a sequence_len that cuts nothing), while only a prefix is tokenized;
+// dropped (drop), it costs the same prefix. With train_on_eot: last the end of turn past the cut
+// decides, so the conversation is tokenized whole: the same sample, and a rendered size above
+// 16 MiB is refused with the ways out.
+TEST(LeadingTokens, AMultiMegabyteConversationTokenizesOnlyAPrefix) {
+  const auto dir = test::fresh_test_dir(/*create=*/true);
+  const std::string text = long_text(1'500'000, 0, 0);
+  const nlohmann::json row = {
+      {"messages",
+       {{{"role", "user"}, {"content", "Write a long story."}}, {{"role", "assistant"}, {"content", text}}}}};
+  // A short conversation after it, kept whatever the strategy.
+  const nlohmann::json short_row = {
+      {"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Hello there."}}}}};
+  std::ofstream(dir / "chat.jsonl") << row.dump() << "\n" << short_row.dump() << "\n";
+  config::DatasetConfig d;
+  d.path = dir / "chat.jsonl";
+  d.type = "chat_template";
+  d.chat_template_source = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{{ eos_token }}\n{% endfor %}";
+  d.roles_to_train = {"assistant"};
+  for (const auto& tokenizer : tokenizers()) {
+    SCOPED_TRACE(tokenizer->eos_token());
+    d.excess_length_strategy = "truncate";
+    const auto whole = load_dataset(d, tokenizer.get(), 10'000'000, false);
+    ASSERT_EQ(whole.size(), 2u);
+    ASSERT_GT(whole[0].input_ids.size(), 600u);
+    CountingTokenizer counting(*tokenizer);
+    DatasetStats stats;
+    const auto cut = load_dataset(d, &counting, 512, false, &stats);
+    ASSERT_EQ(cut.size(), 2u);
+    EXPECT_EQ(stats.truncated, 1);
+    EXPECT_LE(counting.bytes, 3 * leading_prefix_bytes(512) + 100) << counting.bytes.load();
+    EXPECT_EQ(cut[0].input_ids, std::vector<int64_t>(whole[0].input_ids.begin(), whole[0].input_ids.begin() + 512));
+    EXPECT_EQ(cut[0].labels, std::vector<int64_t>(whole[0].labels.begin(), whole[0].labels.begin() + 512));
+    EXPECT_NE(std::count(cut[0].labels.begin(), cut[0].labels.end(), -100), 512);  // the story is trained
+
+    d.excess_length_strategy = "drop";
+    CountingTokenizer dropping(*tokenizer);
+    DatasetStats dropped;
+    EXPECT_EQ(load_dataset(d, &dropping, 512, false, &dropped).size(), 1u);
+    EXPECT_EQ(dropped.dropped_long, 1);
+    EXPECT_LE(dropping.bytes, 3 * leading_prefix_bytes(512) + 100) << dropping.bytes.load();
+
+    d.excess_length_strategy = "truncate";
+    d.train_on_eot = d.train_on_eos = "last";
+    CountingTokenizer last(*tokenizer);
+    const auto with_last = load_dataset(d, &last, 512, false);
+    ASSERT_EQ(with_last.size(), 2u);
+    EXPECT_GE(last.bytes, text.size());  // tokenized whole
+    const auto reference = load_dataset(d, tokenizer.get(), 10'000'000, false);
+    EXPECT_EQ(with_last[0].labels,
+              std::vector<int64_t>(reference[0].labels.begin(), reference[0].labels.begin() + 512));
+    d.train_on_eos = "turn";
+    d.train_on_eot.clear();
+  }
+  d.excess_length_strategy = "truncate";
+  d.train_on_eot = d.train_on_eos = "last";
+  const nlohmann::json huge = {{"messages", {{{"role", "assistant"}, {"content", long_text(17'000'000, 0, 0)}}}}};
+  std::ofstream(dir / "chat.jsonl") << huge.dump() << "\n";
+  ByteTokenizer bytes;
+  try {
+    load_dataset(d, &bytes, 512, false);
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find((dir / "chat.jsonl").string() + ":1: the conversation renders to "), std::string::npos) << what;
+    EXPECT_NE(what.find("use excess_length_strategy: drop, or train_on_eot: turn"), std::string::npos) << what;
+  }
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace qtrain::engine::data
