@@ -374,10 +374,10 @@ TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
 }
 
 // Qwen3-MoE and Mixtral: 8 experts of width 88, top-2, on every layer, with LoRA dropout too
-// (Mixtral keeps its routing weights in float32). Here the estimate runs high without
-// checkpointing: 5.8% to 12.4% measured (its expert rows are counted twice, gathered and
-// weighted, where autograd keeps less), so the bound above is 15%: an over-estimate only makes
-// the plan offload sooner; below the measurement it may still miss by 5% at most.
+// (Mixtral keeps its routing weights in float32). Without LoRA dropout and with checkpointing
+// the estimate is within 1%; with dropout and without checkpointing it runs 5.2% to 6.5% high (a
+// term not found yet), so the bound above is 8%: an over-estimate only makes the plan offload
+// sooner; below the measurement it may still miss by 5% at most.
 TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnTheCpu) {
   for (const auto arch : {model::Architecture::qwen3_moe, model::Architecture::mixtral}) {
     SCOPED_TRACE(model::architecture_name(arch));
@@ -385,7 +385,7 @@ TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnThe
     ASSERT_TRUE(config.moe.has_value());
     config.moe->sparse.assign(config.num_layers, true);
     config.moe->expert_intermediate_size = 88;
-    check_activations(config, 0.15);
+    check_activations(config, 0.08);
   }
 }
 
