@@ -15,13 +15,15 @@ struct Options {
   std::string out;
   uint64_t seed = 0;
   std::string dtype = "fp32";
+  int64_t layers = 0;  // 0: the preset's
   bool overwrite = false;
 };
 
 void run(const Options& o) {
   using namespace engine::model;
   check_output_folder("init-model", o.out, {}, o.overwrite);
-  const auto config = preset_config(architecture_from_name(o.arch), o.preset);
+  auto config = preset_config(architecture_from_name(o.arch), o.preset);
+  if (o.layers > 0) config = first_layers(config, o.layers);
   const auto dtype = o.dtype == "bf16" ? at::kBFloat16 : at::kFloat;
   std::fprintf(stderr,
                "init-model: %s %s (%lld layers, hidden %lld, vocab %lld), seed %llu -> %s\n",
@@ -50,6 +52,8 @@ void add_init_model_command(CLI::App& app) {
   cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
   cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");
   cmd->add_option("--seed", o->seed, "random seed of the weights")->capture_default_str();
+  cmd->add_option("--layers", o->layers, "keep only the preset's first N layers (default: all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 14));
   cmd->add_option("--dtype", o->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   cmd->callback([o] { run(*o); });
 }

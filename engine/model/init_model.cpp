@@ -185,6 +185,27 @@ ModelConfig preset_config(Architecture arch, const std::string& preset) {
   TORCH_CHECK(false, "model preset '", preset, "' is not known; choose one of: ", c10::Join(", ", preset_names()));
 }
 
+ModelConfig first_layers(ModelConfig c, int64_t layers) {
+  TORCH_CHECK(layers >= 1 && layers <= c.num_layers,
+              "--layers ",
+              layers,
+              ": the preset has ",
+              c.num_layers,
+              " layers; give 1 to ",
+              c.num_layers);
+  const auto last_window = c.sliding_window.back();
+  const auto last_attention = c.layer_attention.empty() ? std::nullopt : std::optional(c.layer_attention.back());
+  c.num_layers = layers;
+  c.sliding_window.resize(layers);
+  if (last_attention) c.layer_attention.resize(layers);
+  if (c.moe) c.moe->sparse.resize(layers);
+  if (c.arch == Architecture::gemma4) {
+    c.sliding_window.back() = last_window;
+    if (last_attention) c.layer_attention.back() = *last_attention;
+  }
+  return c;
+}
+
 void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, uint64_t seed, at::ScalarType dtype) {
   auto gen = at::detail::createCPUGenerator(seed);
   std::vector<std::pair<std::string, at::Tensor>> tensors;

@@ -24,6 +24,10 @@ namespace qtrain::engine::model {
 // qwen3_moe and mixtral: 8 experts, top-2, on every layer).
 // Unknown names are an error listing these.
 ModelConfig preset_config(Architecture arch, const std::string& preset);
+// The first `layers` layers of `c` (1 .. c.num_layers), each with its own shape; a Gemma 4 model
+// keeps its last layer full, as transformers requires, by giving the new last layer the old last
+// layer's attention. For benchmarks of a large model's layers on a small disk.
+ModelConfig first_layers(ModelConfig c, int64_t layers);
 std::vector<std::string> preset_names();
 Architecture architecture_from_name(const std::string& name);
 

@@ -56,8 +56,9 @@ namespace {
 // largest dequantized weight. These transients are an estimate, not a measurement.
 // A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
 // through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
-// row), plus the gathered rows [N K, H] (s) and the weighted rows before the sum over K (float32
-// for Mixtral's float32 routing weights, s otherwise). Gemma 4's layers count their experts
+// row), plus the experts' outputs [N K, H] (s) that the weighting keeps and the router's float32
+// input [N, H], probabilities [N, E] and top-k weights (the gathered rows are not kept: the
+// index select keeps only its indices). Gemma 4's layers count their experts
 // beside the dense MLP as measured on the CPU: the SwiGLU-like GeGLU per routed row, the experts'
 // outputs [N K, H] (s) that the weighting keeps, four more RMSNorms (three around the two
 // branches and the router's weightless one), the router's scaled input [N, H] (s) and its
@@ -230,7 +231,10 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
       saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 4;
       saved += N * H * s + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
     } else {
-      saved += routed * H * (s + (c.moe->fp32_routing_weights ? 4 : s));  // gathered and weighted rows
+      // The experts' outputs that the weighting keeps (the gathered rows are not kept: the index
+      // select saves its indices), and the router's: its float32 input, probabilities and top-k
+      // weights (measured, MemoryEstimateActivationsMoe).
+      saved += routed * H * s + N * H * 4 + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
     }
   }
   int64_t attention_transient = 0;

@@ -270,6 +270,38 @@ TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
             761266176 * 2);
 }
 
+// init-model --layers N (the GPU benchmark's 26B-A4B with fewer layers): the first layers keep
+// their shapes and bytes, the last one is a full layer as transformers requires, and the config
+// reads back as written.
+TEST(InitModelLayers, TheFirstLayersOfAPresetKeepTheirShapesAndAFullLastLayer) {
+  const auto full = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  const auto six = model::first_layers(full, 6);
+  QuantSpec nf4;
+  nf4.kind = QuantSpec::Kind::nf4;
+  nf4.double_quant = true;
+  ASSERT_EQ(six.num_layers, 6);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(layer_weight_nbytes(six, i, nf4, at::kBFloat16), layer_weight_nbytes(full, i, nf4, at::kBFloat16)) << i;
+  }
+  EXPECT_FALSE(six.sliding_window[5].has_value());
+  EXPECT_EQ(layer_weight_nbytes(six, 5, nf4, at::kBFloat16), layer_weight_nbytes(full, 29, nf4, at::kBFloat16));
+  const auto back = model::ModelConfig::from_json(six.to_json(), "six/config.json");
+  EXPECT_EQ(back.num_layers, 6);
+  EXPECT_EQ(back.sliding_window, six.sliding_window);
+  ASSERT_TRUE(back.moe.has_value());
+  EXPECT_EQ(back.moe->sparse, std::vector<bool>(6, true));
+  // Layer 1 of the tiny Gemma 4 is its full layer: one layer keeps that one.
+  EXPECT_FALSE(
+      model::first_layers(model::preset_config(model::Architecture::gemma4, "tiny"), 1).sliding_window[0].has_value());
+  try {
+    model::first_layers(full, 31);
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--layers 31: the preset has 30 layers; give 1 to 30"), std::string::npos)
+        << e.what();
+  }
+}
+
 // What the forward leaves allocated for backward on the CPU (StepStats::activation_bytes, the
 // heap's growth over train_forward), against the estimate of the same: every layer's saved
 // activations and those outside the layers. Within 5%: the heap also holds malloc's headers, the
@@ -374,10 +406,10 @@ TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
 }
 
 // Qwen3-MoE and Mixtral: 8 experts of width 88, top-2, on every layer, with LoRA dropout too
-// (Mixtral keeps its routing weights in float32). Here the estimate runs high without
-// checkpointing: 5.8% to 12.4% measured (its expert rows are counted twice, gathered and
-// weighted, where autograd keeps less), so the bound above is 15%: an over-estimate only makes
-// the plan offload sooner; below the measurement it may still miss by 5% at most.
+// (Mixtral keeps its routing weights in float32). Without LoRA dropout and with checkpointing
+// the estimate is within 1%; with dropout and without checkpointing it runs 5.2% to 6.5% high (a
+// term not found yet), so the bound above is 8%: an over-estimate only makes the plan offload
+// sooner; below the measurement it may still miss by 5% at most.
 TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnTheCpu) {
   for (const auto arch : {model::Architecture::qwen3_moe, model::Architecture::mixtral}) {
     SCOPED_TRACE(model::architecture_name(arch));
@@ -385,7 +417,7 @@ TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnThe
     ASSERT_TRUE(config.moe.has_value());
     config.moe->sparse.assign(config.num_layers, true);
     config.moe->expert_intermediate_size = 88;
-    check_activations(config, 0.15);
+    check_activations(config, 0.08);
   }
 }
 
