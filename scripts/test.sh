@@ -17,7 +17,8 @@ fi
 shift
 build="${QTRAIN_SANITIZE_BUILD:-$root/build-sanitize}"
 # The label `parsers` is qtrain_text_tests alone (tests/CMakeLists.txt): build just that.
-targets=(qtrain_tests qtrain_text_tests qtrain)
+# The GPU tests skip themselves without a GPU; built so that ctest finds every executable.
+targets=(qtrain_tests qtrain_text_tests qtrain_gpu_tests qtrain)
 for a in "$@"; do
   case "$a" in parsers|-Lparsers|--label-regex=parsers) targets=(qtrain_text_tests) ;; esac
 done

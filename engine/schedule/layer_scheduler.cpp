@@ -5,14 +5,21 @@
 
 #include <ATen/ATen.h>
 
+extern "C" size_t __sanitizer_get_current_allocated_bytes() __attribute__((weak));
+
 namespace qtrain::engine::schedule {
 namespace {
 
 // Bytes currently allocated by this process's heap (glibc): the CPU counterpart of the CUDA
 // allocator's "allocated bytes". Measured around the forward pass, the difference is what the
-// forward keeps alive for backward (saved activations and the graph's tensors).
+// forward keeps alive for backward (saved activations and the graph's tensors). Under
+// AddressSanitizer (scripts/test.sh --sanitize) malloc is the sanitizer's and glibc's counters
+// read zero; its own count of allocated bytes is used there (a weak symbol: null otherwise).
 int64_t heap_in_use(const at::Device& device) {
   if (!device.is_cpu()) return 0;  // the CUDA path reads the caching allocator (offload issue)
+  if (__sanitizer_get_current_allocated_bytes != nullptr) {
+    return static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
+  }
   const struct mallinfo2 mi = mallinfo2();
   return static_cast<int64_t>(mi.uordblks + mi.hblkhd);
 }
