@@ -3,9 +3,12 @@
 // difference from HF.
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 
 #include "engine/text/text_error.h"
 
@@ -29,13 +32,30 @@ inline void check_keys(const nlohmann::json& j, const JsonSite& site, std::initi
   }
 }
 
+// An integer field takes only a JSON integer within T's range: nlohmann converts a float such as
+// 2.2e55 to an int with undefined behaviour, and a too large integer wraps (found by
+// fuzz/tokenizer_fuzz).
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const JsonSite& site, T fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
+  const auto& v = j[key];
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                      : v.is_number_integer()
+                          ? v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+                                (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) <=
+                                                             static_cast<uint64_t>(std::numeric_limits<T>::max()))
+                          : false;
+    if (!fits) {
+      fail(site.key(key),
+           "expected an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+               std::to_string(std::numeric_limits<T>::max()) + ", got " + v.dump());
+    }
+  }
   try {
-    return j[key].get<T>();
+    return v.get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail(site.key(key), "unexpected value " + j[key].dump());
+    fail(site.key(key), "unexpected value " + v.dump());
   }
 }
 

@@ -89,6 +89,17 @@ TEST(TokenizerErrors, EveryDamagedFileIsRefusedNamingThePlace) {
              {"special_tokens", nlohmann::json::object()}};
        },
        "post_processor"},
+      // Found by fuzz/tokenizer_fuzz: a float id was converted to int with undefined behaviour.
+      {"added token id a huge float", [](auto& j) { j["added_tokens"][0]["id"] = 2.22222e55; }, "added_tokens[0].id"},
+      {"added token id a fraction", [](auto& j) { j["added_tokens"][0]["id"] = 3.5; }, "added_tokens[0].id"},
+      {"added token id beyond int32",
+       [](auto& j) { j["added_tokens"][0]["id"] = int64_t{1} << 40; },
+       "added_tokens[0].id"},
+      {"strip decoder start negative",
+       [](auto& j) {
+         j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
+       },
+       "decoder.start"},
       {"unknown decoder",
        [](auto& j) {
          j["decoder"] = {{"type", "Reverse"}};
