@@ -141,6 +141,7 @@ struct Loader {
     }
     b.experts.name = p + m.experts_path;
     b.experts.act = c.hidden_act;
+    b.experts.kernel = options.expert_kernel;
     const QuantSpec quant = options.quantize_moe_experts ? options.quant : QuantSpec{};
     // transformers writes Gemma 4's experts fused only (it has no conversion mapping for them).
     const bool fused = gemma4 || contains(block + "experts.gate_up_proj");

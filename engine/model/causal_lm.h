@@ -26,6 +26,8 @@ struct LoadOptions {
   // axolotl's quantize_moe_experts: routed experts are quantized per expert as `quant` says
   // (true), or kept in the compute dtype (false). Routers are never quantized.
   bool quantize_moe_experts = true;
+  // How the routed experts are applied to their rows (engine/model/moe_experts.h).
+  ExpertKernel expert_kernel = ExpertKernel::automatic;
   // axolotl's model_config: config.json keys whose values replace the file's (as axolotl sets
   // them on the transformers config before loading), e.g. {"output_router_logits": true}.
   nlohmann::json model_config = nlohmann::json::object();

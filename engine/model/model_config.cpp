@@ -179,10 +179,15 @@ nlohmann::json gemma_defaults(Architecture arch) {
 
 // Without layer_types: Gemma 2 alternates (even layers sliding), Gemma 3 makes every
 // sliding_window_pattern-th layer (default 6) full and the others sliding, Gemma 4 every 6th.
-nlohmann::json gemma_layer_types(const ModelConfig& c, const nlohmann::json& j) {
+nlohmann::json gemma_layer_types(const ModelConfig& c, const nlohmann::json& j, const std::string& source) {
   const int64_t pattern = c.arch == Architecture::gemma2   ? 2
                           : c.arch == Architecture::gemma4 ? 6
                                                            : optional_or<int64_t>(j, "sliding_window_pattern", 6);
+  TORCH_CHECK(pattern > 0,
+              source,
+              ": sliding_window_pattern must be a positive whole number (every pattern-th layer attends to the "
+              "whole sequence; released Gemma 3 models use 6), got ",
+              pattern);
   auto types = nlohmann::json::array();
   for (int64_t i = 0; i < c.num_layers; ++i)
     types.push_back((i + 1) % pattern != 0 ? "sliding_attention" : "full_attention");
@@ -618,7 +623,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   c.sliding_window.assign(c.num_layers, std::nullopt);
   const auto window = optional_or<int64_t>(j, "sliding_window", 0);
   auto types = j.contains("layer_types") && j.at("layer_types").is_array() ? j.at("layer_types")
-               : c.gemma                                                   ? gemma_layer_types(c, j)
+               : c.gemma                                                   ? gemma_layer_types(c, j, source)
                                                                            : nlohmann::json();
   // Gemma4TextConfig makes the last layer full_attention whatever layer_types says (a warning).
   if (c.arch == Architecture::gemma4 && !types.empty()) types.back() = "full_attention";

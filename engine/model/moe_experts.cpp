@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/model/grouped_expert_linear.h"
+
 namespace qtrain::engine::model {
 namespace {
 
@@ -12,7 +14,106 @@ std::vector<int64_t> rows_per_expert(const at::Tensor& sorted_experts, int64_t n
   return {counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts};
 }
 
+at::Tensor activate(const at::Tensor& gate_up, Activation act) {
+  const auto parts = gate_up.chunk(2, -1);
+  const auto g = act == Activation::gelu_tanh ? at::gelu(parts[0], "tanh") : at::silu(parts[0]);
+  return g * parts[1];
+}
+
+// Step 2 one expert at a time: each expert that received rows, on its block.
+at::Tensor per_expert_outputs(const MoeExperts& ex, const at::Tensor& rows, const std::vector<int64_t>& counts,
+                              bool training) {
+  // One split (and one unbind per LoRA tensor): their backward assembles the experts' gradients
+  // in one go, where a slice per expert would add E zero-filled [T*K, H] tensors.
+  const auto blocks = rows.split_with_sizes(counts);
+  const auto gate_up_loras = ex.gate_up_lora ? ex.gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
+  const auto down_loras = ex.down_lora ? ex.down_lora->experts() : std::vector<lora::LoraAdapter>{};
+  std::vector<at::Tensor> outputs;
+  for (int64_t e = 0; e < ex.num_experts(); ++e) {
+    if (counts[e] == 0) continue;
+    const auto& block = blocks[e];
+    auto gu = ex.gate_up[e].forward(block, training);
+    if (ex.gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_loras[e], training);
+    const auto h = activate(gu, ex.act);
+    auto y = ex.down[e].forward(h, training);
+    if (ex.down_lora) y = y + lora::lora_delta(h, down_loras[e], training);
+    outputs.push_back(y);
+  }
+  return at::cat(outputs);
+}
+
+// scaling * B_e (A_e x) for each touched expert's block of x, as two grouped products of the
+// touched experts' A [G, r, in] and B [G, r, out] (Note [Expert LoRA layout]: A's rows are
+// expert-major, B's columns expert-minor). Expert LoRA has no dropout (PEFT refuses it).
+at::Tensor grouped_lora_delta(const at::Tensor& x, const lora::ExpertLora& l, const at::Tensor& touched,
+                              const at::Tensor& offsets) {
+  const auto& s = l.stacked;
+  const int64_t e = l.num_experts, r = l.rank();
+  const auto a = s.a.view({e, r, s.a.size(1)}).index_select(0, touched);
+  const auto b = s.b.view({s.b.size(0), r, e}).permute({2, 1, 0}).index_select(0, touched);
+  const auto xa = at::_grouped_mm(x.to(s.a.scalar_type()), a.transpose(1, 2), offsets);
+  return (at::_grouped_mm(xa, b, offsets) * s.scaling).to(x.scalar_type());
+}
+
+// Step 2 as grouped products over the experts that received rows (Note [Grouped expert GEMM]).
+at::Tensor grouped_outputs(const MoeExperts& ex, const at::Tensor& rows, const std::vector<int64_t>& counts) {
+  std::vector<int64_t> touched, touched_counts;
+  std::vector<int32_t> ends;
+  std::vector<const LinearLayer*> gate_up, down;
+  int64_t end = 0;
+  for (int64_t e = 0; e < ex.num_experts(); ++e) {
+    if (counts[e] == 0) continue;
+    touched.push_back(e);
+    touched_counts.push_back(counts[e]);
+    end += counts[e];
+    ends.push_back(static_cast<int32_t>(end));
+    gate_up.push_back(&ex.gate_up[e]);
+    down.push_back(&ex.down[e]);
+  }
+  at::Tensor touched_ids, offsets;
+  if (ex.gate_up_lora || ex.down_lora) {
+    touched_ids = at::tensor(touched, at::TensorOptions().dtype(at::kLong)).to(rows.device());
+    offsets = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(rows.device());
+  }
+  auto gu = grouped_expert_linear(rows, touched_counts, gate_up);
+  if (ex.gate_up_lora) gu = gu + grouped_lora_delta(rows, *ex.gate_up_lora, touched_ids, offsets);
+  const auto h = activate(gu, ex.act);
+  auto y = grouped_expert_linear(h, touched_counts, down);
+  if (ex.down_lora) y = y + grouped_lora_delta(h, *ex.down_lora, touched_ids, offsets);
+  return y;
+}
+
 }  // namespace
+
+bool MoeExperts::groupable(at::ScalarType dtype) const {
+  const auto aligned = [](int64_t n, int64_t bytes) { return n * bytes % 16 == 0; };
+  const auto lora_ok = [&](const std::optional<lora::ExpertLora>& l) {
+    return !l || aligned(l->rank(), static_cast<int64_t>(c10::elementSize(l->stacked.a.scalar_type())));
+  };
+  return model::groupable(gate_up.at(0), dtype) && model::groupable(down.at(0), dtype) && lora_ok(gate_up_lora) &&
+         lora_ok(down_lora);
+}
+
+bool MoeExperts::uses_grouped_kernel(const at::Device& device, at::ScalarType dtype) const {
+  switch (kernel) {
+    case ExpertKernel::per_expert:
+      return false;
+    case ExpertKernel::grouped:
+      TORCH_CHECK(groupable(dtype),
+                  name,
+                  ": the grouped expert kernel needs experts that are not int8 and widths (",
+                  hidden_size(),
+                  ", ",
+                  intermediate_size(),
+                  ") and a LoRA rank that are multiples of 16 bytes in ",
+                  dtype,
+                  "; use the per-expert kernel");
+      return true;
+    case ExpertKernel::automatic:
+      return device.is_cuda() && groupable(dtype);
+  }
+  return false;
+}
 
 at::Tensor MoeExperts::forward(const at::Tensor& x, const Routing& routing, bool training) const {
   const int64_t t = x.size(0), k = routing.experts.size(1), e_count = num_experts();
@@ -29,26 +130,10 @@ at::Tensor MoeExperts::forward(const at::Tensor& x, const Routing& routing, bool
   auto [sorted, perm] = at::sort(routing.experts.reshape({-1}));
   const auto rows = x.index_select(0, at::floor_divide(perm, k));  // [T*K, H], grouped by expert
   const auto counts = rows_per_expert(sorted, e_count);
-  // One split (and one unbind per LoRA tensor): their backward assembles the experts' gradients
-  // in one go, where a slice per expert would add E zero-filled [T*K, H] tensors.
-  const auto blocks = rows.split_with_sizes(counts);
-  const auto gate_up_loras = gate_up_lora ? gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
-  const auto down_loras = down_lora ? down_lora->experts() : std::vector<lora::LoraAdapter>{};
-  std::vector<at::Tensor> outputs;
-  for (int64_t e = 0; e < e_count; ++e) {
-    if (counts[e] == 0) continue;
-    const auto& block = blocks[e];
-    auto gu = gate_up[e].forward(block, training);
-    if (gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_loras[e], training);
-    const auto parts = gu.chunk(2, -1);
-    const auto g = act == Activation::gelu_tanh ? at::gelu(parts[0], "tanh") : at::silu(parts[0]);
-    const auto h = g * parts[1];
-    auto y = down[e].forward(h, training);
-    if (down_lora) y = y + lora::lora_delta(h, down_loras[e], training);
-    outputs.push_back(y);
-  }
+  const auto outputs = uses_grouped_kernel(x.device(), x.scalar_type()) ? grouped_outputs(*this, rows, counts)
+                                                                        : per_expert_outputs(*this, rows, counts, training);
   // Weighted rows back in (token, slot) order, then the K slots summed (see the Note).
-  const auto weighted = at::cat(outputs) * routing.weights.reshape({-1}).index_select(0, perm).unsqueeze(-1);
+  const auto weighted = outputs * routing.weights.reshape({-1}).index_select(0, perm).unsqueeze(-1);
   const auto inverse = at::empty_like(perm).index_copy_(0, perm, at::arange(perm.size(0), perm.options()));
   return weighted.index_select(0, inverse).view({t, k, x.size(1)}).sum(1).to(x.scalar_type());
 }

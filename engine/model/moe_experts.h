@@ -29,12 +29,23 @@ namespace qtrain::engine::model {
 //      (Mixtral), in the compute dtype otherwise (Qwen), then cast to the compute dtype once.
 // The result is differentiable in x (through the gathered rows and the routing weights) and in
 // the LoRA tensors; the frozen expert weights are never copied or dequantized for backward.
+// Step 2 runs as one matrix product per expert (ExpertKernel::per_expert), or as grouped
+// products over all experts at once (ExpertKernel::grouped, Note [Grouped expert GEMM]: the base
+// weights in chunks through one workspace, the expert LoRA as two grouped products of the
+// touched experts' A and B); the two agree to float rounding.
+
+// Which kernel applies the experts to their rows. automatic: grouped on CUDA (where bfloat16 on
+// Hopper and Blackwell is one CUTLASS kernel) when the experts and their LoRA can be grouped, per
+// expert otherwise; on the CPU a grouped product is a loop over the groups anyway.
+enum class ExpertKernel { automatic, per_expert, grouped };
+
 struct MoeExperts {
   std::string name;                  // module path, e.g. "model.layers.0.mlp.experts"
   std::vector<LinearLayer> gate_up;  // per expert: [2I, H]
   std::vector<LinearLayer> down;     // per expert: [H, I]
   std::optional<lora::ExpertLora> gate_up_lora, down_lora;
   Activation act = Activation::silu;
+  ExpertKernel kernel = ExpertKernel::automatic;
 
   int64_t num_experts() const { return static_cast<int64_t>(gate_up.size()); }
   int64_t hidden_size() const { return gate_up.at(0).in_features; }
@@ -42,6 +53,11 @@ struct MoeExperts {
 
   // x: [T, H] in the compute dtype -> [T, H] in x's dtype.
   at::Tensor forward(const at::Tensor& x, const Routing& routing, bool training) const;
+  // Whether the grouped kernel can take these experts, their LoRA and inputs of `dtype` (no int8
+  // experts, every width and the LoRA rank 16-byte aligned), and whether `kernel` picks it for
+  // inputs on `device`. A forced ExpertKernel::grouped that cannot be grouped is an error.
+  bool groupable(at::ScalarType dtype) const;
+  bool uses_grouped_kernel(const at::Device& device, at::ScalarType dtype) const;
 };
 
 }  // namespace qtrain::engine::model

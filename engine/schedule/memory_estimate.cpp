@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model/grouped_expert_linear.h"
 #include "offload/blob_layout.h"
 #include "ops/nn/cross_entropy.h"
 #include "ops/quant/blockwise_8bit.h"
@@ -155,6 +156,25 @@ int64_t dequantized_bytes(const Linear& l, const MemoryShape& shape) {
   }
 }
 
+// Whether the experts run the grouped kernel (MoeExperts::uses_grouped_kernel): on CUDA, experts
+// that are not int8, widths 16-byte aligned in the compute dtype (the LoRA rank is taken to be).
+bool grouped_experts(const model::ModelConfig& c, const MemoryShape& shape) {
+  const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
+  const bool int8 = shape.quantize_moe_experts && shape.quant.kind == model::QuantSpec::Kind::int8;
+  return shape.device == c10::DeviceType::CUDA && !int8 && c.hidden_size * s % 16 == 0 &&
+         c.moe->expert_intermediate_size * s % 16 == 0;
+}
+
+// The grouped kernel's workspace for one expert projection: as many experts' dequantized weights
+// as fit shape.expert_workspace_bytes (at least one), plus the float32 absmax that a
+// nested absmax is expanded to, one expert at a time (Note [Grouped expert GEMM]).
+int64_t grouped_workspace_bytes(const Linear& l, const MemoryShape& shape, int64_t num_experts) {
+  const int64_t n = l.out * l.in, expert = n * static_cast<int64_t>(c10::elementSize(shape.dtype));
+  const int64_t experts = std::min(num_experts, std::max<int64_t>(1, shape.expert_workspace_bytes / expert));
+  const bool nested = shape.quantize_moe_experts && is_4bit(shape.quant) && shape.quant.double_quant;
+  return experts * expert + (nested ? ceil_div(n, shape.quant.blocksize) * 4 : 0);
+}
+
 // Bytes of the float32 LoRA inputs that adapters on linears sharing one input [N, in] save, and
 // of their A outputs; `input_kept`: the input is a float32 tensor some other node keeps anyway.
 // See Note [What a layer keeps for backward].
@@ -251,8 +271,13 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
   const int64_t mlp_transient = N * I * (4 * s + 4);
   int64_t dequantized = 0;
+  const bool grouped = sparse && grouped_experts(c, shape);
   for (const Linear& l : linears) {
-    if (!l.expert || shape.quantize_moe_experts) dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+    if (l.expert && grouped) {
+      dequantized = std::max(dequantized, grouped_workspace_bytes(l, shape, c.moe->num_experts));
+    } else if (!l.expert || shape.quantize_moe_experts) {
+      dequantized = std::max(dequantized, dequantized_bytes(l, shape));
+    }
   }
   cost.backward_transient = 2 * N * H * s + std::max(mlp_transient, attention_transient) + dequantized;
   return cost;

@@ -12,6 +12,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "engine/lora/lora_config.h"
+#include "engine/model/grouped_expert_linear.h"
 #include "engine/model/model_config.h"
 #include "engine/model/quant_spec.h"
 #include "engine/schedule/execution_plan.h"
@@ -40,6 +41,8 @@ struct MemoryShape {
   // AdamW's moments in bitsandbytes' 8-bit blockwise form (optimizer adamw_bnb_8bit) rather
   // than float32.
   bool optimizer_8bit = false;
+  // The cap on the grouped expert kernel's workspace (Note [Grouped expert GEMM]; tests vary it).
+  int64_t expert_workspace_bytes = model::kGroupedExpertWorkspaceBytes;
 };
 
 // The byte sizes of decoder layer `layer`'s base weights as qtrain stores them, in blob order

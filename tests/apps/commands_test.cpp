@@ -435,6 +435,63 @@ TEST_F(Commands, ModelWritersRefuseToWriteOverTheirInputOrAnExistingModel) {
   EXPECT_NE(folder_bytes(out), folder_bytes(base));
 }
 
+// A checkpoint that cannot be written: the output folder is made read-only between two runs
+// (for root, which writes anywhere, the run drops CAP_DAC_OVERRIDE). The resumed run stops with
+// an error naming the checkpoint, the cause, the intact checkpoint before it and the fix; the
+// checkpoints already written do not change and no partial folder is left; once the folder is
+// writable again the run resumes to the adapter an uninterrupted run writes, byte for byte.
+TEST_F(Commands, ACheckpointInAReadOnlyOutputFolderStopsTheRunAndKeepsTheOneBefore) {
+  std::string restricted;  // what runs qtrain so that file permissions apply to it
+  if (::geteuid() == 0) {
+    restricted = "setpriv --bounding-set -dac_override,-dac_read_search ";
+    if (run(restricted + "true").status != 0)
+      GTEST_SKIP() << "running as root, and setpriv cannot drop CAP_DAC_OVERRIDE here: no folder is read-only to root";
+  }
+  const auto model = dir_ / "demo-llama";
+  ASSERT_EQ(run(qtrain() + " init-model --arch llama --preset demo --seed 0 --out " + model.string()).status, 0);
+  // A constant learning rate, so that two steps of a 2-step run are the first two of a 4-step one.
+  const auto train = [&](const fs::path& out, int steps, bool resume, const std::string& prefix = "") {
+    return run(prefix + qtrain() + " train " + (fs::path(QTRAIN_SOURCE_DIR) / "configs/demo.yaml").string() +
+                   " --set base_model=" + model.string() + " --set output_dir=" + out.string() +
+                   " --set max_steps=" + std::to_string(steps) +
+                   " --set sequence_len=64 --set micro_batch_size=1 --set save_steps=1 --set eval_steps=0"
+                   " --set warmup_steps=0 --set lr_scheduler=constant --set use_tensorboard=false"
+                   " --set overwrite_output_dir=false --set resume_from_checkpoint=" + (resume ? "true" : "false"),
+               /*with_stderr=*/true);
+  };
+  const auto out = dir_ / "out";
+  ASSERT_EQ(train(out, 2, false).status, 0);
+  const auto checkpoints = [&] {
+    auto files = folder_bytes(out / "checkpoint-1");
+    for (auto& [name, bytes] : folder_bytes(out / "checkpoint-2")) files["2/" + name] = bytes;
+    return files;
+  };
+  const auto before = checkpoints();
+  ASSERT_FALSE(before.empty());
+  const auto writable = fs::status(out).permissions();
+  fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  const auto refused = train(out, 4, true, restricted);
+  fs::permissions(out, writable);
+  EXPECT_NE(refused.status, 0) << refused.out;
+  for (const std::string& part :
+       {(out / "checkpoint-3").string() + " could not be written", std::string("Permission denied"),
+        "the newest earlier checkpoint, " + (out / "checkpoint-2").string() + ", is intact",
+        std::string("resume with resume_from_checkpoint: true")})
+    EXPECT_NE(refused.out.find(part), std::string::npos) << part << "\n" << refused.out;
+  EXPECT_EQ(checkpoints(), before);
+  EXPECT_FALSE(fs::exists(out / "checkpoint-3.tmp"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-3"));
+
+  const auto resumed = train(out, 4, true, restricted);
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("resume: " + (out / "checkpoint-2").string() + " at step 2"), std::string::npos)
+      << resumed.out;
+  const auto uninterrupted = dir_ / "uninterrupted";
+  ASSERT_EQ(train(uninterrupted, 4, false).status, 0);
+  EXPECT_EQ(folder_bytes(out)["adapter_model.safetensors"], folder_bytes(uninterrupted)["adapter_model.safetensors"]);
+}
+
 TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
   const auto out = dir_ / "tiny-qwen3";
   ASSERT_EQ(run(qtrain() + " init-model --arch qwen3 --preset tiny --seed 5 --out " + out.string()).status, 0);

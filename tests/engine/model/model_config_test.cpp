@@ -312,6 +312,16 @@ TEST(ModelConfigValues, ImpossibleValuesAreRefusedByName) {
     SCOPED_TRACE(change.dump());
     test::expect_error([&] { ModelConfig::from_json(j, "c.json"); }, fragment);
   }
+  // Fuzzing found this one (fuzz/regressions/model_config/): a Gemma 3 config without
+  // layer_types and with sliding_window_pattern 0 divided by zero (transformers' Gemma3Config
+  // raises ZeroDivisionError).
+  for (const int pattern : {0, -6}) {
+    const nlohmann::json gemma3 = {{"model_type", "gemma3_text"}, {"sliding_window_pattern", pattern}};
+    test::expect_error([&] { ModelConfig::from_json(gemma3, "c.json"); },
+                       "c.json: sliding_window_pattern must be a positive whole number (every pattern-th layer "
+                       "attends to the whole sequence; released Gemma 3 models use 6), got " +
+                           std::to_string(pattern));
+  }
 }
 
 TEST(MoeConfig, SparseLayersFollowDecoderSparseStepAndMlpOnlyLayers) {

@@ -13,6 +13,7 @@
 
 #include "engine/io/hf_folder.h"
 #include "engine/model/causal_lm.h"
+#include "engine/model/grouped_expert_linear.h"
 #include "engine/model/init_model.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -268,6 +269,40 @@ TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
   EXPECT_EQ(sum(layer_weight_nbytes(c, 0, nf4, at::kBFloat16, false)) -
                 sum(layer_weight_nbytes(dense, 0, nf4, at::kBFloat16)),
             761266176 * 2);
+}
+
+// On CUDA the 26B-A4B's experts run the grouped kernel, which dequantizes a chunk of experts at a
+// time into one workspace (Note [Grouped expert GEMM]). In bfloat16, gate_up [1408, 2816] is
+// 7.9 MB and down [2816, 704] 4.0 MB: 33 and 67 experts fit the 256 MiB cap, 8 and 16 fit 64 MiB.
+// The layer's backward transient holds the larger chunk (plus one expert's float32 absmax); the
+// CPU's per-expert kernel and INT8 experts hold one weight, whatever the cap.
+TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  MemoryShape shape;
+  shape.quant.kind = QuantSpec::Kind::nf4;
+  shape.quant.double_quant = true;
+  ASSERT_EQ(shape.expert_workspace_bytes, model::kGroupedExpertWorkspaceBytes);
+  const int64_t gate_up = 2 * c.moe->expert_intermediate_size * c.hidden_size * 2;  // bfloat16 bytes
+  const int64_t down = gate_up / 2;
+  ASSERT_EQ(gate_up, 7929856);
+  ASSERT_EQ(model::kGroupedExpertWorkspaceBytes / gate_up, 33);
+  ASSERT_EQ(model::kGroupedExpertWorkspaceBytes / down, 67);
+  const auto absmax = [](int64_t bytes) { return bytes / 2 / 64 * 4; };
+  // The transient of layer 0 with the cap at 256 MiB minus with it at 64 MiB.
+  const auto cap_delta = [&] {
+    shape.expert_workspace_bytes = int64_t{256} << 20;
+    const int64_t wide = estimate_memory(c, shape).layers[0].backward_transient;
+    shape.expert_workspace_bytes = int64_t{64} << 20;
+    return wide - estimate_memory(c, shape).layers[0].backward_transient;
+  };
+  EXPECT_EQ(cap_delta(), std::max(33 * gate_up + absmax(gate_up), 67 * down + absmax(down)) -
+                            std::max(8 * gate_up + absmax(gate_up), 16 * down + absmax(down)));
+  shape.device = c10::DeviceType::CPU;
+  EXPECT_EQ(cap_delta(), 0);
+  shape.device = c10::DeviceType::CUDA;
+  shape.quant.kind = QuantSpec::Kind::int8;
+  shape.quant.double_quant = false;
+  EXPECT_EQ(cap_delta(), 0);
 }
 
 // init-model --layers N (the GPU benchmark's 26B-A4B with fewer layers): the first layers keep

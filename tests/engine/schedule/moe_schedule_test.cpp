@@ -1,7 +1,8 @@
 // Scheduling of MoE layers: checkpointing on or off, and layers offloaded (simulated copy
 // engine, experts and all) or resident, give bitwise-identical losses and LoRA gradients,
-// attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts, and with
-// the load-balancing loss on the Mixtral fixture.
+// attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts and with
+// either expert kernel (per expert, grouped), and with the load-balancing loss on the Mixtral
+// fixture.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -14,9 +15,12 @@
 namespace qtrain::engine::schedule {
 namespace {
 
-model::CausalLM load_with_lora(const std::string& name, nlohmann::json model_config = nlohmann::json::object()) {
+model::CausalLM load_with_lora(const std::string& name,
+                               nlohmann::json model_config = nlohmann::json::object(),
+                               model::ExpertKernel kernel = model::ExpertKernel::automatic) {
   model::LoadOptions o;
   o.model_config = std::move(model_config);
+  o.expert_kernel = kernel;
   o.quant.kind = model::QuantSpec::Kind::nf4;
   o.quant.double_quant = true;
   auto lm = model::CausalLM::load(io::HfFolder::open(test::moe_fixture(name) / "base"), o);
@@ -72,22 +76,43 @@ void expect_identical(const Steps& a, const Steps& b, const std::string& what) {
   }
 }
 
-class MoeSchedule : public testing::TestWithParam<std::string> {};
-
-TEST_P(MoeSchedule, CheckpointingAndOffloadChangeNoLossAndNoGradientBit) {
-  const auto& name = GetParam();
-  auto lm = load_with_lora(name);
+// Runs the checks of the test below with `kernel` and returns the resident, unchecked run.
+Steps check_schedules(const std::string& name, model::ExpertKernel kernel) {
+  auto lm = load_with_lora(name, nlohmann::json::object(), kernel);
   // q and o on every layer, gate_up and down experts on every layer (all are sparse in both
   // fixtures: Mixtral's 3, Gemma 4's 5), A and B each.
   const size_t layers = lm.layers().size();
-  ASSERT_EQ(layers, name == "mixtral" ? 3u : 5u);
-  ASSERT_EQ(lm.trainable_parameters().size(), (layers * 2 + layers * 2) * 2);
+  EXPECT_EQ(layers, name == "mixtral" ? 3u : 5u);
+  EXPECT_EQ(lm.trainable_parameters().size(), (layers * 2 + layers * 2) * 2);
   const auto plain = two_steps(name, lm, nullptr, CheckpointPolicy::none);
   for (const auto& g : plain.grads) EXPECT_GT(g.abs().max().item<double>(), 0.0);
   expect_identical(plain, two_steps(name, lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
   auto offloaded = std::make_shared<OffloadedWeights>(
       lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
   expect_identical(plain, two_steps(name, lm, offloaded, CheckpointPolicy::every_layer), "offload");
+  return plain;
+}
+
+class MoeSchedule : public testing::TestWithParam<std::string> {};
+
+// With either expert kernel (the grouped one's backward node keeps the experts' stored tensors,
+// which offload rebinds to its slots between forward and backward).
+TEST_P(MoeSchedule, CheckpointingAndOffloadChangeNoLossAndNoGradientBit) {
+  const auto& name = GetParam();
+  std::vector<Steps> runs;
+  for (const auto kernel : {model::ExpertKernel::per_expert, model::ExpertKernel::grouped}) {
+    SCOPED_TRACE(kernel == model::ExpertKernel::grouped ? "grouped kernel" : "per-expert kernel");
+    runs.push_back(check_schedules(name, kernel));
+  }
+  // The two kernels agree to float32 summation order (tests/engine/model/grouped_experts_test.cpp).
+  for (size_t i = 0; i < runs[0].losses.size(); ++i) {
+    EXPECT_LT((runs[1].losses[i] - runs[0].losses[i]).abs().item<double>(), 1e-5 * runs[0].losses[i].abs().item<double>());
+  }
+  for (size_t i = 0; i < runs[0].grads.size(); ++i) {
+    EXPECT_LT((runs[1].grads[i] - runs[0].grads[i]).abs().max().item<double>(),
+              1e-5 * runs[0].grads[i].abs().max().item<double>())
+        << "gradient " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families,
