@@ -344,8 +344,10 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
       at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
           .reshape({-1});
   const int64_t count = (shifted != ops::kIgnoreIndex).sum().item<int64_t>();
+  const auto chunk = ops::cross_entropy_chunk_tokens(
+      lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   auto sum = ops::chunked_cross_entropy_sum(
-      h.reshape({-1, h.size(-1)}), lm_head_, shifted, ops::kCrossEntropyChunkTokens, config_.final_logit_softcap);
+      h.reshape({-1, h.size(-1)}), lm_head_, shifted, chunk, config_.final_logit_softcap);
   return {sum, count};
 }
 

@@ -376,12 +376,10 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
   in.saved_outside_layers = N * (H * 4 + 4) + N * H * s + N * 8 + 2 * rope_rows * T * rope_dims * s + 4 * N * 8;
-  // One chunk of logits: in the compute dtype and in float32, and up to three float32 temporaries
-  // (log-sum-exp in forward; softmax, mask and scale in backward), and the gradient of the loss's
-  // input [N, H].
-  const int64_t chunk = std::min(ops::kCrossEntropyChunkTokens, N);
-  // A soft-cap (Gemma 2) adds the raw logits and their tanh in the compute dtype.
-  in.loss_workspace = chunk * V * (12 + (s == 4 ? 0 : s) + (c.final_logit_softcap ? 2 * s : 0)) + N * H * s;
+  // One chunk of logits (Note [Loss chunk size]) and the gradient of the loss's input [N, H].
+  const bool softcap = c.final_logit_softcap.has_value();
+  const int64_t chunk = std::min(ops::cross_entropy_chunk_tokens(V, shape.dtype, softcap), N);
+  in.loss_workspace = chunk * V * ops::cross_entropy_bytes_per_logit(shape.dtype, softcap) + N * H * s;
   in.library_workspace = shape.device == c10::DeviceType::CUDA ? kCublasWorkspaceBytes : 0;
   return in;
 }

@@ -1,6 +1,8 @@
 // See cross_entropy.h.
 #include "ops/nn/cross_entropy.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 namespace qtrain::ops {
@@ -72,6 +74,17 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
     if (need_w) grad_w.add_(at::matmul(dlogits.t(), hc).to(at::kFloat));
   }
   return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+}
+
+int64_t cross_entropy_bytes_per_logit(at::ScalarType dtype, bool softcap) {
+  const auto s = static_cast<int64_t>(c10::elementSize(dtype));
+  return 12 + (s == 4 ? 0 : s) + (softcap ? 2 * s : 0);
+}
+
+int64_t cross_entropy_chunk_tokens(int64_t vocab, at::ScalarType dtype, bool softcap) {
+  TORCH_CHECK(vocab > 0, "cross_entropy_chunk_tokens: the vocabulary must be positive, got ", vocab);
+  const int64_t fit = kCrossEntropyChunkBytes / (vocab * cross_entropy_bytes_per_logit(dtype, softcap));
+  return std::clamp<int64_t>(fit / 8 * 8, 8, kCrossEntropyChunkTokens);
 }
 
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,

@@ -13,7 +13,25 @@
 namespace qtrain::ops {
 
 inline constexpr int64_t kIgnoreIndex = -100;
+
+// Note [Loss chunk size]
+// A chunk's working set is its logits several times over: in the compute dtype and in float32,
+// up to three float32 temporaries (log-sum-exp in forward; softmax, mask and scale in backward),
+// and with a soft-cap the raw logits and their tanh in the compute dtype. A chunk takes at most
+// kCrossEntropyChunkTokens tokens and at most as many as keep that working set within
+// kCrossEntropyChunkBytes: 224 tokens for Gemma's 262,144-token vocabulary (0.98 GiB in bfloat16
+// with the cap, where 1,024 tokens took 4.5 GiB of a 24 GiB card), 592 for Llama 3's 128,256,
+// 1,024 for 32,000. The output head's product stays large ([224, H] x [H, 262144]), so the
+// smaller chunks cost kernel launches, not efficiency.
 inline constexpr int64_t kCrossEntropyChunkTokens = 1024;
+inline constexpr int64_t kCrossEntropyChunkBytes = int64_t{1} << 30;
+
+// Bytes one logit of a live chunk takes (see the Note).
+int64_t cross_entropy_bytes_per_logit(at::ScalarType dtype, bool softcap);
+
+// Tokens per chunk for a vocabulary of `vocab` logits in `dtype` (see the Note): a multiple of 8
+// (for the matrix units), from 8 to kCrossEntropyChunkTokens.
+int64_t cross_entropy_chunk_tokens(int64_t vocab, at::ScalarType dtype, bool softcap);
 
 // h: [N, H] final hidden states; weight: [V, H] the output head; labels: int64 [N], kIgnoreIndex
 // for tokens that are not predicted. Returns the float32 SUM of the token losses (log-softmax in
@@ -24,7 +42,7 @@ inline constexpr int64_t kCrossEntropyChunkTokens = 1024;
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
                                      const at::Tensor& weight,
                                      const at::Tensor& labels,
-                                     int64_t chunk_tokens = kCrossEntropyChunkTokens,
+                                     int64_t chunk_tokens,
                                      std::optional<double> softcap = std::nullopt);
 
 // logits: [..., V] -> softcap * tanh(logits / softcap) in logits' dtype.

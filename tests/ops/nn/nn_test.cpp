@@ -60,17 +60,38 @@ TEST(CrossEntropy, SoftcappedChunksEqualCrossEntropyOfCappedLogits) {
                            at::tensor({-2.0, 2 * std::tanh(0.25), 2 * std::tanh(1.5)})));
 }
 
+// Chunks are sized in bytes up to 1,024 tokens (Note [Loss chunk size]): Gemma's 262,144-token
+// vocabulary in bfloat16 with its soft-cap takes 224 tokens a chunk (18 bytes a logit, 0.98
+// GiB), Llama 3's 128,256 in bfloat16 592 (14 bytes), a 32,000 vocabulary in float32 the 1,024
+// tokens it always took (12 bytes: 2,792 would fit); a vocabulary too large for 8 tokens in 1 GiB
+// still gets 8.
+TEST(CrossEntropy, ChunksHoldAtMostOneGibibyteOfLogitsWhateverTheVocabulary) {
+  EXPECT_EQ(cross_entropy_bytes_per_logit(at::kBFloat16, true), 18);
+  EXPECT_EQ(cross_entropy_bytes_per_logit(at::kBFloat16, false), 14);
+  EXPECT_EQ(cross_entropy_bytes_per_logit(at::kFloat, false), 12);
+  EXPECT_EQ(cross_entropy_chunk_tokens(262144, at::kBFloat16, true), 224);
+  EXPECT_EQ(cross_entropy_chunk_tokens(128256, at::kBFloat16, false), 592);
+  EXPECT_EQ(cross_entropy_chunk_tokens(32000, at::kFloat, false), kCrossEntropyChunkTokens);
+  EXPECT_EQ(cross_entropy_chunk_tokens(int64_t{1} << 30, at::kFloat, false), 8);
+  for (const int64_t vocab : {128256, 151936, 200000, 262144}) {
+    const int64_t chunk = cross_entropy_chunk_tokens(vocab, at::kBFloat16, true);
+    EXPECT_EQ(chunk % 8, 0);
+    EXPECT_LE(chunk * vocab * 18, kCrossEntropyChunkBytes);
+    EXPECT_GT((chunk + 8) * vocab * 18, kCrossEntropyChunkBytes);
+  }
+}
+
 TEST(CrossEntropy, RejectsLabelsOutsideTheVocabulary) {
   const auto h = at::randn({4, 8});
   const auto w = at::randn({10, 8});
   test::expect_error(
       [&] {
-        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 10, 3}, at::kLong));
+        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 10, 3}, at::kLong), 2);
       },
       "a label is outside [0, 10) and is not the ignore index -100");
   test::expect_error(
       [&] {
-        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 3}, at::kLong));
+        chunked_cross_entropy_sum(h, w, at::tensor({1, 2, 3}, at::kLong), 2);
       },
       "labels must be int64 [4]");
 }
