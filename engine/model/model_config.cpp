@@ -2,11 +2,23 @@
 #include "engine/model/model_config.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include <c10/util/Exception.h>
 
 namespace qtrain::engine::model {
 namespace {
+
+// An integer key takes only a JSON integer: nlohmann converts a float such as 1e65 to int64_t
+// with undefined behaviour (found by fuzz/model_config_fuzz), and a fraction would be dropped.
+void check_whole_number(const nlohmann::json& v, const char* key, const std::string& source) {
+  TORCH_CHECK(v.is_number_integer(),
+              source,
+              ": '",
+              key,
+              "' must be a whole number, got ",
+              v.is_number() ? v.dump() : std::string("a ") + v.type_name());
+}
 
 template <typename T>
 T required(const nlohmann::json& j, const char* key, const std::string& source) {
@@ -15,6 +27,7 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
               ": '",
               key,
               "' is missing; a Hugging Face config.json of a decoder model has it");
+  if constexpr (std::is_same_v<T, int64_t>) check_whole_number(j.at(key), key, source);
   try {
     return j.at(key).get<T>();
   } catch (const nlohmann::json::exception& e) {
@@ -24,7 +37,14 @@ T required(const nlohmann::json& j, const char* key, const std::string& source) 
 
 template <typename T>
 T optional_or(const nlohmann::json& j, const char* key, T fallback) {
+  static_assert(!std::is_integral_v<T> || std::is_same_v<T, bool>, "integers: optional_integer");
   return j.contains(key) && !j.at(key).is_null() ? j.at(key).get<T>() : fallback;
+}
+
+int64_t optional_integer(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j.at(key).is_null()) return fallback;
+  check_whole_number(j.at(key), key, source);
+  return j.at(key).get<int64_t>();
 }
 
 // The shape keys are counts: transformers fails on a fraction (range(1.9) raises), and reading one
@@ -71,7 +91,7 @@ RopeParams read_rope_params(const nlohmann::json& params,
   r.scaling.factor = optional_or<double>(params, "factor", 1.0);
   r.scaling.low_freq_factor = optional_or<double>(params, "low_freq_factor", 1.0);
   r.scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
-  r.scaling.original_max_position_embeddings = optional_or<int64_t>(params, "original_max_position_embeddings", 8192);
+  r.scaling.original_max_position_embeddings = optional_integer(params, "original_max_position_embeddings", 8192, source);
   TORCH_CHECK(type == "default" || type == "linear" || type == "llama3" || type == "proportional",
               source,
               ": rope type '",
@@ -182,7 +202,7 @@ nlohmann::json gemma_defaults(Architecture arch) {
 nlohmann::json gemma_layer_types(const ModelConfig& c, const nlohmann::json& j, const std::string& source) {
   const int64_t pattern = c.arch == Architecture::gemma2   ? 2
                           : c.arch == Architecture::gemma4 ? 6
-                                                           : optional_or<int64_t>(j, "sliding_window_pattern", 6);
+                                                           : optional_integer(j, "sliding_window_pattern", 6, source);
   TORCH_CHECK(pattern > 0,
               source,
               ": sliding_window_pattern must be a positive whole number (every pattern-th layer attends to the "
@@ -239,7 +259,7 @@ void read_gemma(ModelConfig& c, const nlohmann::json& j, const std::string& sour
 // What Gemma 4 has that qtrain does not train yet, refused by name (Gemma4TextConfig's keys: `j`
 // with gemma_defaults filled in, `file` as written).
 void check_gemma4_supported(const nlohmann::json& j, const nlohmann::json& file, const std::string& source) {
-  const auto ple = optional_or<int64_t>(j, "hidden_size_per_layer_input", 0);
+  const auto ple = optional_integer(j, "hidden_size_per_layer_input", 0, source);
   TORCH_CHECK(ple == 0,
               source,
               ": hidden_size_per_layer_input is ",
@@ -247,7 +267,7 @@ void check_gemma4_supported(const nlohmann::json& j, const nlohmann::json& file,
               (file.contains("hidden_size_per_layer_input") ? "" : " (transformers' default when the key is missing)"),
               ": per-layer embeddings (Gemma 4 E2B/E4B) are not supported. A checkpoint without "
               "embed_tokens_per_layer (26B-A4B, 31B) says hidden_size_per_layer_input: 0");
-  const auto shared = optional_or<int64_t>(j, "num_kv_shared_layers", 0);
+  const auto shared = optional_integer(j, "num_kv_shared_layers", 0, source);
   TORCH_CHECK(shared == 0,
               source,
               ": num_kv_shared_layers is ",
@@ -312,7 +332,7 @@ void read_gemma4_attention(ModelConfig& c, const nlohmann::json& j, const std::s
       overrides[std::stoll(key)] = value;
     }
   } else {
-    nlohmann::json full = {{"head_dim", optional_or<int64_t>(j, "global_head_dim", 512)}};
+    nlohmann::json full = {{"head_dim", optional_integer(j, "global_head_dim", 512, source)}};
     if (k_eq_v && j.contains("num_global_key_value_heads") && !j.at("num_global_key_value_heads").is_null()) {
       full["num_key_value_heads"] = j.at("num_global_key_value_heads");
     }
@@ -323,8 +343,8 @@ void read_gemma4_attention(ModelConfig& c, const nlohmann::json& j, const std::s
   c.layer_attention.clear();
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const bool full = !c.sliding_window[i];
-    LayerAttention a{optional_or<int64_t>(overrides[i], "head_dim", c.head_dim),
-                     optional_or<int64_t>(overrides[i], "num_key_value_heads", c.num_kv_heads),
+    LayerAttention a{optional_integer(overrides[i], "head_dim", c.head_dim, source),
+                     optional_integer(overrides[i], "num_key_value_heads", c.num_kv_heads, source),
                      k_eq_v && full};
     TORCH_CHECK(a.head_dim > 0 && a.head_dim % 2 == 0,
                 source,
@@ -386,7 +406,7 @@ MoeConfig read_moe(const ModelConfig& c, const nlohmann::json& j, const std::str
               source,
               ": the experts' intermediate size must be positive, got ",
               m.expert_intermediate_size);
-  TORCH_CHECK(optional_or<int64_t>(j, "shared_expert_intermediate_size", 0) == 0,
+  TORCH_CHECK(optional_integer(j, "shared_expert_intermediate_size", 0, source) == 0,
               source,
               ": shared_expert_intermediate_size is set: a shared expert (Qwen2-MoE) is not supported");
   TORCH_CHECK(optional_or<double>(j, "router_jitter_noise", 0.0) == 0.0,
@@ -394,12 +414,13 @@ MoeConfig read_moe(const ModelConfig& c, const nlohmann::json& j, const std::str
               ": router_jitter_noise is ",
               optional_or<double>(j, "router_jitter_noise", 0.0),
               ": training-time router noise is not supported; set it to 0 (Mixtral's released configs do)");
-  const int64_t step = mixtral ? 1 : optional_or<int64_t>(j, "decoder_sparse_step", 1);
+  const int64_t step = mixtral ? 1 : optional_integer(j, "decoder_sparse_step", 1, source);
   TORCH_CHECK(step > 0, source, ": decoder_sparse_step must be positive, got ", step);
   m.sparse.assign(c.num_layers, false);
   for (int64_t i = 0; i < c.num_layers; ++i) m.sparse[i] = (i + 1) % step == 0;
   if (!mixtral && j.contains("mlp_only_layers") && j.at("mlp_only_layers").is_array()) {
     for (const auto& v : j.at("mlp_only_layers")) {
+      check_whole_number(v, "mlp_only_layers", source);
       const auto i = v.get<int64_t>();
       TORCH_CHECK(i >= 0 && i < c.num_layers,
                   source,
@@ -557,9 +578,9 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   c.intermediate_size = required<int64_t>(j, "intermediate_size", source);
   c.num_layers = required<int64_t>(j, "num_hidden_layers", source);
   c.num_heads = required<int64_t>(j, "num_attention_heads", source);
-  c.num_kv_heads = optional_or<int64_t>(j, "num_key_value_heads", c.num_heads);
-  c.head_dim = optional_or<int64_t>(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
-  c.max_position_embeddings = optional_or<int64_t>(j, "max_position_embeddings", 2048);
+  c.num_kv_heads = optional_integer(j, "num_key_value_heads", c.num_heads, source);
+  c.head_dim = optional_integer(j, "head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0, source);
+  c.max_position_embeddings = optional_integer(j, "max_position_embeddings", 2048, source);
   c.rms_norm_eps = optional_or<double>(j, "rms_norm_eps", 1e-6);
   c.tie_word_embeddings = optional_or<bool>(j, "tie_word_embeddings", c.gemma);
   const bool attention_bias = optional_or<bool>(j, "attention_bias", false);
@@ -621,7 +642,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   // Sliding windows: Mistral on every layer when sliding_window is set; Qwen2/3 only with
   // use_sliding_window, on layers >= max_window_layers; layer_types wins where present.
   c.sliding_window.assign(c.num_layers, std::nullopt);
-  const auto window = optional_or<int64_t>(j, "sliding_window", 0);
+  const auto window = optional_integer(j, "sliding_window", 0, source);
   auto types = j.contains("layer_types") && j.at("layer_types").is_array() ? j.at("layer_types")
                : c.gemma                                                   ? gemma_layer_types(c, j, source)
                                                                            : nlohmann::json();
@@ -653,7 +674,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     // Qwen3-MoE has no max_window_layers: use_sliding_window puts the window on every layer.
     const bool qwen = c.arch == Architecture::qwen2 || c.arch == Architecture::qwen3;
     const bool on = !(qwen || c.arch == Architecture::qwen3_moe) || optional_or<bool>(j, "use_sliding_window", false);
-    const int64_t first = qwen ? optional_or<int64_t>(j, "max_window_layers", c.num_layers) : 0;
+    const int64_t first = qwen ? optional_integer(j, "max_window_layers", c.num_layers, source) : 0;
     for (int64_t i = first; on && i < c.num_layers; ++i) c.sliding_window[i] = window;
   }
   if (c.arch == Architecture::gemma4) read_gemma4_attention(c, j, source);

@@ -109,6 +109,15 @@ void verify_checksums(const fs::path& dir, const nlohmann::json& checksums) {
 
 // A count of the state file in [0, hi]; `bound` says what hi is.
 int64_t count_in(const nlohmann::json& j, const char* key, int64_t hi, const char* bound, const fs::path& dir) {
+  // A float (1e65) converted by get<int64_t>() is undefined behaviour: only integers are counts.
+  TORCH_CHECK(j.at(key).is_number_integer(),
+              (dir / kStateFile).string(),
+              ": ",
+              key,
+              " is ",
+              j.at(key).dump().substr(0, 80),
+              ", not a whole number; the checkpoint is damaged, ",
+              instead_of(dir));
   const int64_t v = j.at(key).get<int64_t>();
   TORCH_CHECK(v >= 0 && v <= hi,
               (dir / kStateFile).string(),

@@ -10,78 +10,21 @@
 
 #include "engine/model/grouped_expert_linear.h"
 #include "engine/model/moe_experts.h"
+#include "tests/random_experts.h"
 
 namespace qtrain::engine::model {
 namespace {
 
-constexpr int64_t kExperts = 6, kHidden = 64, kInter = 32, kTokens = 24, kTopK = 2, kUnused = 3;
+const test::ExpertShape kShape;
+constexpr int64_t kExperts = 6, kHidden = 64, kInter = 32, kUnused = 3;
 
 double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return ((a.to(at::kFloat) - b.to(at::kFloat)).abs().max() / b.to(at::kFloat).abs().max().clamp_min(1e-30))
       .item<double>();
 }
 
-// Random experts in `quant`/`dtype` with LoRA r=8 on both projections (B random, so that every
-// LoRA gradient is non-zero).
 MoeExperts make_experts(const QuantSpec& quant, at::ScalarType dtype) {
-  at::manual_seed(1);
-  MoeExperts ex;
-  ex.name = "model.layers.0.mlp.experts";
-  for (int64_t e = 0; e < kExperts; ++e) {
-    const auto p = ex.name + "." + std::to_string(e);
-    ex.gate_up.push_back(
-        LinearLayer::make(p + ".gate_up_proj", at::randn({2 * kInter, kHidden}) * 0.1, std::nullopt, quant, dtype));
-    ex.down.push_back(LinearLayer::make(p + ".down_proj", at::randn({kHidden, kInter}) * 0.1, std::nullopt, quant, dtype));
-  }
-  lora::LoraConfig lc;
-  lc.r = 8;
-  lc.alpha = 16;
-  lc.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  ex.gate_up_lora = lora::expert_lora_init(kExperts, kHidden, 2 * kInter, lc, gen);
-  ex.down_lora = lora::expert_lora_init(kExperts, kInter, kHidden, lc, gen);
-  for (auto* l : {&*ex.gate_up_lora, &*ex.down_lora}) {
-    at::NoGradGuard no_grad;
-    l->stacked.b.copy_(at::randn(l->stacked.b.sizes()) * 0.1);
-  }
-  return ex;
-}
-
-// Top-2 of random scores, expert kUnused never chosen.
-Routing make_routing(at::ScalarType dtype) {
-  at::manual_seed(2);
-  auto scores = at::rand({kTokens, kExperts});
-  scores.select(1, kUnused).fill_(-1);
-  auto [w, idx] = at::topk(scores, kTopK);
-  Routing r;
-  r.experts = idx;
-  r.weights = at::softmax(w, -1).to(dtype).requires_grad_();
-  return r;
-}
-
-struct Grads {
-  at::Tensor y, x, weights;
-  std::vector<at::Tensor> lora;
-};
-
-Grads run(MoeExperts& ex, ExpertKernel kernel, at::ScalarType dtype) {
-  ex.kernel = kernel;
-  for (auto* l : {&*ex.gate_up_lora, &*ex.down_lora}) {
-    l->stacked.a.mutable_grad() = at::Tensor();
-    l->stacked.b.mutable_grad() = at::Tensor();
-  }
-  at::manual_seed(3);
-  const auto x = (at::randn({kTokens, kHidden})).to(dtype).requires_grad_();
-  auto routing = make_routing(dtype);
-  const auto y = ex.forward(x, routing, /*training=*/true);
-  at::manual_seed(4);
-  y.backward(at::randn(y.sizes()).to(dtype));
-  Grads g{y.detach(), x.grad(), routing.weights.grad(), {}};
-  for (auto* l : {&*ex.gate_up_lora, &*ex.down_lora}) {
-    g.lora.push_back(l->stacked.a.grad());
-    g.lora.push_back(l->stacked.b.grad());
-  }
-  return g;
+  return test::random_experts(kShape, quant, dtype);
 }
 
 struct Variant {
@@ -104,8 +47,8 @@ TEST_P(GroupedExperts, MatchThePerExpertKernelInOutputsAndEveryGradient) {
   quant.double_quant = v.kind == QuantSpec::Kind::nf4;
   auto ex = make_experts(quant, v.dtype);
   ASSERT_TRUE(ex.groupable(v.dtype));
-  const auto per_expert = run(ex, ExpertKernel::per_expert, v.dtype);
-  const auto grouped = run(ex, ExpertKernel::grouped, v.dtype);
+  const auto per_expert = test::run_experts(ex, ExpertKernel::per_expert, kShape, v.dtype);
+  const auto grouped = test::run_experts(ex, ExpertKernel::grouped, kShape, v.dtype);
   EXPECT_LT(max_rel(grouped.y, per_expert.y), v.tolerance);
   EXPECT_LT(max_rel(grouped.x, per_expert.x), v.tolerance);
   EXPECT_LT(max_rel(grouped.weights, per_expert.weights), v.tolerance);
@@ -123,8 +66,8 @@ TEST_P(GroupedExperts, MatchThePerExpertKernelInOutputsAndEveryGradient) {
   bare.down_lora.reset();
   bare.kernel = ExpertKernel::grouped;
   at::manual_seed(3);
-  const auto x = at::randn({kTokens, kHidden}).to(v.dtype);
-  EXPECT_GT(max_rel(bare.forward(x, make_routing(v.dtype), false), grouped.y), 10 * v.tolerance);
+  const auto x = at::randn({kShape.tokens, kHidden}).to(v.dtype);
+  EXPECT_GT(max_rel(bare.forward(x, test::random_routing(kShape, v.dtype), false), grouped.y), 10 * v.tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bases,

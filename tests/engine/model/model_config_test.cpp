@@ -312,6 +312,29 @@ TEST(ModelConfigValues, ImpossibleValuesAreRefusedByName) {
     SCOPED_TRACE(change.dump());
     test::expect_error([&] { ModelConfig::from_json(j, "c.json"); }, fragment);
   }
+  // Fuzzing found that a float reached get<int64_t>() (undefined behaviour for 1e65) through the
+  // keys read with a default (fuzz/regressions/model_config/); every integer key now takes only a
+  // JSON integer.
+  const auto with = [&](nlohmann::json change) {
+    auto j = good;
+    j.update(change);
+    return j;
+  };
+  const std::vector<std::pair<nlohmann::json, std::string>> floats = {
+      {with({{"model_type", "qwen2"}, {"use_sliding_window", true}, {"sliding_window", 8}, {"max_window_layers", 1e65}}),
+       "max_window_layers"},
+      {with({{"rope_scaling",
+              {{"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 1e65}}}}),
+       "original_max_position_embeddings"},
+      {{{"model_type", "gemma3_text"}, {"sliding_window_pattern", 1e65}}, "sliding_window_pattern"},
+      {{{"model_type", "gemma4_text"}, {"hidden_size_per_layer_input", 0}, {"num_kv_shared_layers", 1e65}},
+       "num_kv_shared_layers"},
+  };
+  for (const auto& [config, key] : floats) {
+    SCOPED_TRACE(key);
+    test::expect_error([&] { ModelConfig::from_json(config, "c.json"); },
+                       "c.json: '" + key + "' must be a whole number, got 1e+65");
+  }
   // Fuzzing found this one (fuzz/regressions/model_config/): a Gemma 3 config without
   // layer_types and with sliding_window_pattern 0 divided by zero (transformers' Gemma3Config
   // raises ZeroDivisionError).

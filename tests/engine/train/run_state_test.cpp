@@ -175,7 +175,10 @@ TEST_F(RunStateTest, DamagedTrainerStatesAreRefusedWithTheFileTheKeyAndTheFix) {
        ": global_step 1000000000000000000 is outside [0, 1000000000] (max_steps' bound: no run takes more steps); " +
            instead},
       {[](json& j) { j["global_step"] = -1; }, ": global_step -1 is outside [0, 1000000000]"},
-      {[](json& j) { j["global_step"] = "2"; }, ": not a valid trainer state ("},
+      {[](json& j) { j["global_step"] = "2"; }, ": global_step is \"2\", not a whole number; " + instead},
+      // Fuzzing found that a float reached get<int64_t>(), which is undefined behaviour for 1e65.
+      {[](json& j) { j["global_step"] = 1e65; }, ": global_step is 1e+65, not a whole number; " + instead},
+      {[](json& j) { j["data_batch"] = 2.5; }, ": data_batch is 2.5, not a whole number"},
       {[](json& j) { j.erase("global_step"); }, ": not a valid trainer state ("},
       {[](json& j) { j["skipped_steps"] = 3; }, ": skipped_steps 3 is outside [0, 2] (the steps done, global_step)"},
       {[](json& j) { j["data_epoch"] = -4; }, ": data_epoch -4 is outside [0, 1000000000]"},
