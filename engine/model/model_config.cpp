@@ -64,14 +64,7 @@ void check_integer_keys(const nlohmann::json& j, const std::string& source) {
                           "num_experts_per_tok",
                           "moe_intermediate_size",
                           "decoder_sparse_step"}) {
-    if (!j.contains(key) || j.at(key).is_null()) continue;
-    const auto& v = j.at(key);
-    TORCH_CHECK(v.is_number_integer(),
-                source,
-                ": '",
-                key,
-                "' must be a whole number, got ",
-                v.is_number() ? v.dump() : std::string("a ") + v.type_name());
+    if (j.contains(key) && !j.at(key).is_null()) check_whole_number(j.at(key), key, source);
   }
 }
 
