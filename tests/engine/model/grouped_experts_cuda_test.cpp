@@ -26,14 +26,8 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 TEST(GroupedExpertsCuda, TheGroupedKernelMatchesThePerExpertKernelInBfloat16) {
   if (!at::hasCUDA() || at::detail::getCUDAHooks().deviceCount() < 1) GTEST_SKIP() << "no CUDA device";
   const at::Device gpu(at::kCUDA, 0);
-  test::ExpertShape shape;
-  shape.experts = 16;
-  shape.hidden = 512;
-  shape.inter = 256;
-  shape.tokens = 256;
-  shape.top_k = 4;
-  shape.unused = 5;
-  shape.rank = 16;
+  const test::ExpertShape shape{
+      .experts = 16, .hidden = 512, .inter = 256, .tokens = 256, .top_k = 4, .unused = 5, .rank = 16};
   for (const auto kind : {QuantSpec::Kind::nf4, QuantSpec::Kind::none}) {
     SCOPED_TRACE(kind == QuantSpec::Kind::nf4 ? "nf4" : "bf16");
     QuantSpec quant;
