@@ -240,8 +240,12 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   saved += 3 * N * I * s;  // SwiGLU / GeGLU, the dense MLP's and the experts'
   if (sparse) {
     const int64_t routed = N * c.moe->top_k;  // rows through the experts
-    saved += lora_saved(gate_up_adapted, H, routed, shape);
-    saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, shape);
+    // Expert LoRA never drops out (PEFT refuses lora_dropout on parameters; qtrain's is 0 there
+    // whatever the run's lora_dropout).
+    auto experts_shape = shape;
+    experts_shape.lora.dropout = 0;
+    saved += lora_saved(gate_up_adapted, H, routed, experts_shape);
+    saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, experts_shape);
     if (c.moe->dense_mlp_too) {
       // Gemma 4 (measured, MemoryEstimateActivationsMoe): the experts' outputs [N K, H] that the
       // weighting keeps; four more norms (in float32 two of them read the tensor

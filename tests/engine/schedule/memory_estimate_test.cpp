@@ -276,6 +276,22 @@ TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
 // 7.9 MB and down [2816, 704] 4.0 MB: 33 and 67 experts fit the 256 MiB cap, 8 and 16 fit 64 MiB.
 // The layer's backward transient holds the larger chunk (plus one expert's float32 absmax); the
 // CPU's per-expert kernel and INT8 experts hold one weight, whatever the cap.
+// Expert LoRA has no dropout (PEFT refuses it on parameters, and qtrain's expert adapters have
+// none whatever lora_dropout says), so lora_dropout changes what a MoE layer keeps only through
+// the adapters on linear layers.
+TEST(MemoryEstimate, LoraDropoutAddsNothingToTheExpertAdapters) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  MemoryShape shape;
+  shape.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
+  const auto saved = [&](double dropout) {
+    shape.lora.dropout = dropout;
+    return estimate_memory(c, shape).layers[0].saved_full;
+  };
+  EXPECT_EQ(saved(0.1), saved(0.0));
+  shape.lora.target_modules = {"q_proj"};
+  EXPECT_GT(saved(0.1), saved(0.0));
+}
+
 TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
   const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
   MemoryShape shape;
