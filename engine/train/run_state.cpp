@@ -245,7 +245,9 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
     c.state.data = {count_in(j, "data_epoch", config::kMaxSteps, kRunBound, dir),
                     count_in(j, "data_batch", config::kMaxSteps, kRunBound, dir)};
     c.optimizer_name = j.value("optimizer", std::string("adamw_torch"));
-    c.state.world_size = j.value("world_size", int64_t{1});  // absent before multi-process runs
+    // Absent before multi-process runs.
+    c.state.world_size =
+        j.contains("world_size") ? count_in(j, "world_size", int64_t{1} << 20, "no run has more ranks", dir) : 1;
   } catch (const nlohmann::json::exception& e) {
     damaged(e);
   }

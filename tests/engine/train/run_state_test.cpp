@@ -184,6 +184,8 @@ TEST_F(RunStateTest, DamagedTrainerStatesAreRefusedWithTheFileTheKeyAndTheFix) {
       {[](json& j) { j["data_epoch"] = -4; }, ": data_epoch -4 is outside [0, 1000000000]"},
       {[](json& j) { j["data_batch"] = int64_t{1} << 62; }, ": data_batch 4611686018427387904 is outside"},
       {[](json& j) { j["world_size"] = 0; }, ": world_size 0 is not a number of ranks (1 or more)"},
+      {[](json& j) { j["world_size"] = 1e65; }, ": world_size is 1e+65, not a whole number"},
+      {[](json& j) { j["world_size"] = int64_t{1} << 40; }, ": world_size 1099511627776 is outside [0, 1048576]"},
       {[](json& j) { j["checksums"] = json::array(); }, ": checksums is not a map of file names to CRC-32C values"},
       {[](json& j) { j.erase("checksums"); }, ": checksums is not a map of file names to CRC-32C values"},
       {[](json& j) { j["checksums"]["../../etc/passwd"] = "crc32c:00000000"; },
