@@ -2,7 +2,7 @@
 // bench/moe_step.py runs it next to transformers + peft (+ bitsandbytes) on the same model and
 // prints the comparison.
 //
-//   qtrain_bench_moe_step --model DIR --seq 512 --quant nf4 --quantize-experts true
+//   qtrain_bench_moe_step --model DIR --seq 512 --quant nf4 --quantize-experts true [--kernel grouped]
 //
 // LoRA on the attention (q, k, v, o) and on both expert parameters (PEFT's target_parameters).
 // A step is one forward and backward of one micro-batch, gradients zeroed after it. Prints one
@@ -28,7 +28,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Step time and peak memory of MoE LoRA training steps on the CPU"};
-  std::string model_dir, policy = "every_layer", quant = "none", dtype = "fp32";
+  std::string model_dir, policy = "every_layer", quant = "none", dtype = "fp32", kernel = "auto";
   int64_t seq = 512, batch = 1, rank = 16, steps = 5, warmup = 1, threads = 0;
   bool quantize_experts = true;
   app.add_option("--model", model_dir, "Hugging Face MoE model folder")->required();
@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--quantize-experts", quantize_experts, "quantize the experts as --quant says")->capture_default_str();
   app.add_option("--dtype", dtype, "compute dtype: fp32 or bf16")->capture_default_str();
   app.add_option("--threads", threads, "intra-op threads (0: libtorch's default)")->capture_default_str();
+  app.add_option("--kernel", kernel, "expert kernel: auto, per-expert or grouped")
+      ->check(CLI::IsMember({"auto", "per-expert", "grouped"}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
 
@@ -53,6 +56,9 @@ int main(int argc, char** argv) {
     options.quant.double_quant = true;
   }
   options.quantize_moe_experts = quantize_experts;
+  options.expert_kernel = kernel == "grouped"      ? model::ExpertKernel::grouped
+                          : kernel == "per-expert" ? model::ExpertKernel::per_expert
+                                                   : model::ExpertKernel::automatic;
   auto lm = model::CausalLM::load(io::HfFolder::open(model_dir), options);
   lora::LoraConfig lc;
   lc.r = rank;
@@ -90,6 +96,7 @@ int main(int argc, char** argv) {
   std::sort(cpu_times.begin(), cpu_times.end());
   nlohmann::json out = {{"engine", "qtrain"},
                         {"checkpoint", policy},
+                        {"kernel", kernel},
                         {"seq", seq},
                         {"batch", batch},
                         {"rss_before_step_bytes", before_kib * 1024},
