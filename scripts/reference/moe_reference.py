@@ -32,6 +32,8 @@ Each holds:
                       gradients of the aux loss alone
     auxpad.*, auxpad.mask    the same with an attention_mask that pads the end of row 1
     attn.logits, attn.loss, attn.grad.<module>.lora_A|lora_B    with adapter_attn (train mode)
+    bf16.logits, bf16.loss, bf16.topk.<layer>   the base loaded in bfloat16, experts_implementation
+                      "eager" (logits bfloat16, the loss over them in float32)
     lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
     gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
                       experts' gate_up_proj alone (one ParamWrapper, saved as "...mlp.experts")
@@ -176,6 +178,15 @@ def make_case(name, root):
         out["short.logits"] = short.logits
         for i, logits in zip(layers, short.router_logits):
             out[f"short.topk.{i}"] = chosen(base, logits, k)
+
+    # The same model in bfloat16 (bf16 weights and compute). The experts run transformers' eager
+    # loop: its default grouped_mm kernel refuses rows that are not 16-byte aligned, and these
+    # fixtures' odd widths are not (hidden 48, moe_intermediate_size 20 in bf16).
+    bf16 = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.bfloat16, experts_implementation="eager").eval()
+    with torch.no_grad():
+        res = run(bf16, ids, labels, "bf16.", False, out)
+        for i, logits in zip(sparse_layers(bf16), res.router_logits):
+            out[f"bf16.topk.{i}"] = chosen(bf16, logits, k)
 
     # Gemma 4: the dense MLP beside the experts too; its experts have no mlp. level.
     modules = ATTN + (["gate_proj", "up_proj", "down_proj"] if gemma4 else [])
