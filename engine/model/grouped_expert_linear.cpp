@@ -35,6 +35,8 @@ at::Tensor apply_chunks(const at::Tensor& x,
       auto slot = workspace[static_cast<int64_t>(e - begin)];
       if (const auto* q4 = std::get_if<ops::Packed4bit>(&experts[e].weight)) {
         ops::dequantize_4bit_into(*q4, slot);
+      } else if (const auto* w8 = std::get_if<ops::Int8Weight>(&experts[e].weight)) {
+        slot.copy_(w8->dequantize(x.scalar_type()));  // what linear_int8's dequantize mode multiplies by
       } else {
         slot.copy_(std::get<at::Tensor>(experts[e].weight));
       }
@@ -75,7 +77,9 @@ struct GroupedExpertLinearBackward : torch::autograd::Node {
 
 bool groupable(const LinearLayer& layer, at::ScalarType dtype) {
   const auto s = static_cast<int64_t>(c10::elementSize(dtype));
-  return !std::holds_alternative<ops::Int8Weight>(layer.weight) && layer.in_features * s % 16 == 0 &&
+  const bool llm_int8 =
+      std::holds_alternative<ops::Int8Weight>(layer.weight) && layer.quant.int8_compute == ops::Int8Compute::llm_int8;
+  return !llm_int8 && layer.in_features * s % 16 == 0 &&
          layer.out_features * s % 16 == 0;
 }
 
@@ -104,7 +108,7 @@ at::Tensor grouped_expert_linear(const at::Tensor& rows,
                 rows.size(1),
                 "] experts with ",
                 counts[e],
-                " rows (int8 weights and widths that are not 16-byte aligned take the per-expert path)");
+                " rows (LLM.int8 products and widths that are not 16-byte aligned take the per-expert path)");
     layers.push_back(l);
     total += counts[e];
   }

@@ -27,9 +27,10 @@ namespace qtrain::engine::model {
 // path launches 256 matrix products, each with its own LoRA kernels.
 constexpr int64_t kGroupedExpertWorkspaceBytes = int64_t{256} << 20;
 
-// Whether grouped_expert_linear can take `layer` with rows of `dtype`: a dense or 4-bit weight
-// (int8 experts keep LLM.int8's own matmul), and rows of both widths 16-byte aligned as the
-// grouped kernel needs.
+// Whether grouped_expert_linear can take `layer` with rows of `dtype`: a dense, 4-bit or int8
+// weight whose product is a float matmul with the dequantized weight (int8_compute: dequantize,
+// the default; LLM.int8's int8 product with outliers keeps the per-expert path), and both widths
+// 16-byte aligned as the grouped kernel needs.
 bool groupable(const LinearLayer& layer, at::ScalarType dtype);
 
 // rows: [N, in] with each expert's rows one contiguous block, in the order of `experts`;

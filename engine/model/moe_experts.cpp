@@ -101,7 +101,7 @@ bool MoeExperts::uses_grouped_kernel(const at::Device& device, at::ScalarType dt
     case ExpertKernel::grouped:
       TORCH_CHECK(groupable(dtype),
                   name,
-                  ": the grouped expert kernel needs experts that are not int8 and widths (",
+                  ": the grouped expert kernel needs experts without LLM.int8 products (int8_compute: llm_int8) and widths (",
                   hidden_size(),
                   ", ",
                   intermediate_size(),

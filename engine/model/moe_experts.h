@@ -53,9 +53,10 @@ struct MoeExperts {
 
   // x: [T, H] in the compute dtype -> [T, H] in x's dtype.
   at::Tensor forward(const at::Tensor& x, const Routing& routing, bool training) const;
-  // Whether the grouped kernel can take these experts, their LoRA and inputs of `dtype` (no int8
-  // experts, every width and the LoRA rank 16-byte aligned), and whether `kernel` picks it for
-  // inputs on `device`. A forced ExpertKernel::grouped that cannot be grouped is an error.
+  // Whether the grouped kernel can take these experts, their LoRA and inputs of `dtype` (no
+  // LLM.int8 products, every width and the LoRA rank 16-byte aligned), and whether `kernel`
+  // picks it for inputs on `device`. A forced ExpertKernel::grouped that cannot be grouped is an
+  // error.
   bool groupable(at::ScalarType dtype) const;
   bool uses_grouped_kernel(const at::Device& device, at::ScalarType dtype) const;
 };

@@ -10,6 +10,7 @@
 
 #include "engine/model/grouped_expert_linear.h"
 #include "offload/blob_layout.h"
+#include "ops/linear_int8.h"
 #include "ops/nn/cross_entropy.h"
 #include "ops/quant/blockwise_8bit.h"
 
@@ -157,22 +158,30 @@ int64_t dequantized_bytes(const Linear& l, const MemoryShape& shape) {
 }
 
 // Whether the experts run the grouped kernel (MoeExperts::uses_grouped_kernel): on CUDA, experts
-// that are not int8, widths 16-byte aligned in the compute dtype (the LoRA rank is taken to be).
+// without LLM.int8 products, widths 16-byte aligned in the compute dtype (the LoRA rank is taken
+// to be).
 bool grouped_experts(const model::ModelConfig& c, const MemoryShape& shape) {
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
-  const bool int8 = shape.quantize_moe_experts && shape.quant.kind == model::QuantSpec::Kind::int8;
-  return shape.device == c10::DeviceType::CUDA && !int8 && c.hidden_size * s % 16 == 0 &&
+  const bool llm_int8 = shape.quantize_moe_experts && shape.quant.kind == model::QuantSpec::Kind::int8 &&
+                        shape.quant.int8_compute == ops::Int8Compute::llm_int8;
+  return shape.device == c10::DeviceType::CUDA && !llm_int8 && c.hidden_size * s % 16 == 0 &&
          c.moe->expert_intermediate_size * s % 16 == 0;
 }
 
 // The grouped kernel's workspace for one expert projection: as many experts' dequantized weights
-// as fit shape.expert_workspace_bytes (at least one), plus the float32 absmax that a
-// nested absmax is expanded to, one expert at a time (Note [Grouped expert GEMM]).
+// as fit shape.expert_workspace_bytes (at least one), plus one expert's dequantization scratch:
+// the float32 absmax a nested absmax is expanded to, or INT8's two float32 temporaries on CUDA
+// (Note [Grouped expert GEMM]).
 int64_t grouped_workspace_bytes(const Linear& l, const MemoryShape& shape, int64_t num_experts) {
   const int64_t n = l.out * l.in, expert = n * static_cast<int64_t>(c10::elementSize(shape.dtype));
   const int64_t experts = std::min(num_experts, std::max<int64_t>(1, shape.expert_workspace_bytes / expert));
-  const bool nested = shape.quantize_moe_experts && is_4bit(shape.quant) && shape.quant.double_quant;
-  return experts * expert + (nested ? ceil_div(n, shape.quant.blocksize) * 4 : 0);
+  int64_t scratch = 0;
+  if (shape.quantize_moe_experts && is_4bit(shape.quant) && shape.quant.double_quant) {
+    scratch = ceil_div(n, shape.quant.blocksize) * 4;
+  } else if (shape.quantize_moe_experts && shape.quant.kind == model::QuantSpec::Kind::int8) {
+    scratch = n * 8;
+  }
+  return experts * expert + scratch;
 }
 
 // Bytes of the float32 LoRA inputs that adapters on linears sharing one input [N, in] save, and

@@ -1,9 +1,10 @@
 // The grouped expert kernel (Note [Grouped expert GEMM]) against the per-expert one on the same
 // experts, routing and LoRA: outputs and every gradient (x, routing weights, both LoRA tensors of
-// both projections) for float32, bfloat16 and NF4 experts, with an expert no token chose; the
+// both projections) for float32, bfloat16, NF4 and INT8 experts, with an expert no token chose; the
 // chunking of the workspace; autograd's in-place check on the experts' stored tensors; and the
 // refusal of what cannot be grouped. On the CPU at::_grouped_mm loops over the groups, so this
 // checks qtrain's side (grouping, offsets, the LoRA layout, the backward node), not CUTLASS.
+// INT8 experts with the default int8_compute (dequantize) are grouped too.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -39,7 +40,7 @@ class GroupedExperts : public testing::TestWithParam<Variant> {};
 // On the CPU a grouped product is a loop of the same matrix products over the groups, so the
 // outputs and the input gradients agree to float32 summation order (1.7e-7 measured; bfloat16:
 // equal), and the LoRA gradients, which gather each expert's rows in a different order, to
-// 3.5e-7 (all four variants). 1e-6 leaves room for another CPU's vector width.
+// 3.5e-7 (all six variants). 1e-6 leaves room for another CPU's vector width.
 TEST_P(GroupedExperts, MatchThePerExpertKernelInOutputsAndEveryGradient) {
   const auto v = GetParam();
   QuantSpec quant;
@@ -75,7 +76,9 @@ INSTANTIATE_TEST_SUITE_P(Bases,
                          testing::Values(Variant{QuantSpec::Kind::none, at::kFloat, 1e-6, "fp32"},
                                          Variant{QuantSpec::Kind::none, at::kBFloat16, 1e-6, "bf16"},
                                          Variant{QuantSpec::Kind::nf4, at::kFloat, 1e-6, "nf4"},
-                                         Variant{QuantSpec::Kind::nf4, at::kBFloat16, 1e-6, "nf4_bf16"}),
+                                         Variant{QuantSpec::Kind::nf4, at::kBFloat16, 1e-6, "nf4_bf16"},
+                                         Variant{QuantSpec::Kind::int8, at::kFloat, 1e-6, "int8"},
+                                         Variant{QuantSpec::Kind::int8, at::kBFloat16, 1e-6, "int8_bf16"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 // A workspace of two experts' weights: three chunks for five experts give the same products and
@@ -126,21 +129,23 @@ TEST(GroupedExpertLinear, AStoredWeightOverwrittenBeforeBackwardIsAnError) {
   }
 }
 
-// INT8 experts keep LLM.int8's own matmul: the automatic choice stays per expert, and asking for
-// the grouped kernel names the experts and why.
-TEST(GroupedExperts, Int8ExpertsAreNotGrouped) {
+// INT8 experts computed with LLM.int8's int8 product (int8_compute: llm_int8) keep it: the
+// automatic choice stays per expert, and asking for the grouped kernel names the experts and why.
+// (With the default int8_compute, dequantize, they are grouped: the Bases rows above.)
+TEST(GroupedExperts, LlmInt8ExpertsAreNotGrouped) {
   QuantSpec int8;
   int8.kind = QuantSpec::Kind::int8;
+  int8.int8_compute = ops::Int8Compute::llm_int8;
   auto ex = make_experts(int8, at::kFloat);
   EXPECT_FALSE(ex.groupable(at::kFloat));
   EXPECT_FALSE(ex.uses_grouped_kernel(at::Device(at::kCUDA, 0), at::kFloat));
   ex.kernel = ExpertKernel::grouped;
   try {
     ex.uses_grouped_kernel(at::kCPU, at::kFloat);
-    FAIL() << "int8 experts were grouped";
+    FAIL() << "LLM.int8 experts were grouped";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.experts: the grouped expert kernel needs experts that are "
-                                         "not int8"),
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.experts: the grouped expert kernel needs experts without "
+                                         "LLM.int8 products (int8_compute: llm_int8)"),
               std::string::npos)
         << e.what();
   }

@@ -274,8 +274,8 @@ TEST(MemoryEstimate, Gemma4MoeMatchesTheReferenceCounts) {
 // On CUDA the 26B-A4B's experts run the grouped kernel, which dequantizes a chunk of experts at a
 // time into one workspace (Note [Grouped expert GEMM]). In bfloat16, gate_up [1408, 2816] is
 // 7.9 MB and down [2816, 704] 4.0 MB: 33 and 67 experts fit the 256 MiB cap, 8 and 16 fit 64 MiB.
-// The layer's backward transient holds the larger chunk (plus one expert's float32 absmax); the
-// CPU's per-expert kernel and INT8 experts hold one weight, whatever the cap.
+// The layer's backward transient holds the larger chunk (plus one expert's dequantization
+// scratch); the CPU's per-expert kernel and LLM.int8 experts hold one weight, whatever the cap.
 // Expert LoRA has no dropout (PEFT refuses it on parameters, and qtrain's expert adapters have
 // none whatever lora_dropout says), so lora_dropout changes what a MoE layer keeps only through
 // the adapters on linear layers.
@@ -315,9 +315,15 @@ TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
                             std::max(8 * gate_up + absmax(gate_up), 16 * down + absmax(down)));
   shape.device = c10::DeviceType::CPU;
   EXPECT_EQ(cap_delta(), 0);
+  // INT8 experts with the default int8_compute (dequantize) are grouped, with two float32
+  // temporaries of one expert's dequantization beside the chunk (8 bytes an element: 4x the
+  // bfloat16 bytes); LLM.int8 products keep the per-expert kernel.
   shape.device = c10::DeviceType::CUDA;
   shape.quant.kind = QuantSpec::Kind::int8;
   shape.quant.double_quant = false;
+  EXPECT_EQ(cap_delta(), std::max(33 * gate_up + 4 * gate_up, 67 * down + 4 * down) -
+                            std::max(8 * gate_up + 4 * gate_up, 16 * down + 4 * down));
+  shape.quant.int8_compute = ops::Int8Compute::llm_int8;
   EXPECT_EQ(cap_delta(), 0);
 }
 
