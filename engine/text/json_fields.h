@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "engine/text/text_error.h"
 
@@ -32,24 +33,44 @@ inline void check_keys(const nlohmann::json& j, const JsonSite& site, std::initi
   }
 }
 
-// An integer field takes only a JSON integer within T's range: nlohmann converts a float such as
-// 2.2e55 to an int with undefined behaviour, and a too large integer wraps (found by
-// fuzz/tokenizer_fuzz).
+// Whether `v` is a JSON integer within T's range: nlohmann converts a float such as 2.2e55 to an
+// int with undefined behaviour, and a too large integer wraps (found by fuzz/tokenizer_fuzz).
+template <typename T>
+bool integer_fits(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  if (!v.is_number_integer()) return false;
+  const int64_t i = v.get<int64_t>();
+  return i >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+         (i < 0 || static_cast<uint64_t>(i) <= static_cast<uint64_t>(std::numeric_limits<T>::max()));
+}
+
+template <typename T>
+std::string integer_range() {
+  return "an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+         std::to_string(std::numeric_limits<T>::max());
+}
+
+template <typename T>
+struct IsIntegerList : std::false_type {};
+template <typename E>
+struct IsIntegerList<std::vector<E>> : std::bool_constant<std::is_integral_v<E> && !std::is_same_v<E, bool>> {};
+
+// An integer field, or a list of integers, takes only JSON integers within the type's range (see
+// integer_fits; a list's bad element is named by its index, found by fuzz/tokenizer_fuzz too).
 template <typename T>
 T field(const nlohmann::json& j, const char* key, const JsonSite& site, T fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   const auto& v = j[key];
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
-                      : v.is_number_integer()
-                          ? v.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
-                                (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) <=
-                                                             static_cast<uint64_t>(std::numeric_limits<T>::max()))
-                          : false;
-    if (!fits) {
-      fail(site.key(key),
-           "expected an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
-               std::to_string(std::numeric_limits<T>::max()) + ", got " + v.dump());
+    if (!integer_fits<T>(v)) fail(site.key(key), "expected " + integer_range<T>() + ", got " + v.dump());
+  } else if constexpr (IsIntegerList<T>::value) {
+    using E = typename T::value_type;
+    if (!v.is_array()) fail(site.key(key), "expected a list of integers, got " + v.dump().substr(0, 80));
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!integer_fits<E>(v[i])) {
+        fail(site.key(key), "element " + std::to_string(i) + ": expected " + integer_range<E>() + ", got " +
+                                v[i].dump().substr(0, 80));
+      }
     }
   }
   try {

@@ -90,11 +90,25 @@ TEST(TokenizerErrors, EveryDamagedFileIsRefusedNamingThePlace) {
        },
        "post_processor"},
       // Found by fuzz/tokenizer_fuzz: a float id was converted to int with undefined behaviour.
-      {"added token id a huge float", [](auto& j) { j["added_tokens"][0]["id"] = 2.22222e55; }, "added_tokens[0].id"},
+      {"added token id a huge float",
+       [](auto& j) { j["added_tokens"][0]["id"] = 2.22222e55; },
+       "added_tokens[0].id: expected an integer from -2147483648 to 2147483647, got 2.22222e+55"},
       {"added token id a fraction", [](auto& j) { j["added_tokens"][0]["id"] = 3.5; }, "added_tokens[0].id"},
       {"added token id beyond int32",
        [](auto& j) { j["added_tokens"][0]["id"] = int64_t{1} << 40; },
        "added_tokens[0].id"},
+      // Found by fuzz/tokenizer_fuzz too: a float in a special token's ids list (1.66667e39).
+      {"template special token id a huge float",
+       [](auto& j) {
+         j["post_processor"] = {
+             {"type", "TemplateProcessing"},
+             {"single",
+              {{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}}, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+             {"pair", nlohmann::json::array()},
+             {"special_tokens", {{"<bos>", {{"id", "<bos>"}, {"ids", {1.66667e39}}, {"tokens", {"<bos>"}}}}}}};
+       },
+       "post_processor.special_tokens.<bos>.ids: element 0: expected an integer from -2147483648 to 2147483647, got "
+       "1.66667e+39"},
       {"strip decoder start negative",
        [](auto& j) {
          j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
