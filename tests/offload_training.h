@@ -3,6 +3,7 @@
 // training steps of it under a given residency.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -16,21 +17,28 @@
 
 namespace qtrain::test {
 
-// `on_layer_loaded` and `host_layers` go into the load options (a sharded base takes its slices there); the LoRA
-// B init draws from a generator of its own, so ranks on threads of one test get the same model.
+// `host_layers` go into the load options, then `configure` sees them (a sharded base sets its
+// hooks there); the model is read from `folder` (default: the llama fixture). The LoRA B init
+// draws from a generator of its own, so ranks on threads of one test get the same model.
 inline engine::model::CausalLM load_llama_with_lora(
     engine::model::QuantSpec::Kind kind,
     at::ScalarType dtype = at::kFloat,
     const at::Device& device = at::kCPU,
     double dropout = 0.1,
-    std::function<void(int64_t, engine::model::DecoderLayer&)> on_layer_loaded = {},
-    std::vector<int64_t> host_layers = {}) {
+    const std::function<void(engine::model::LoadOptions&)>& configure = {},
+    std::vector<int64_t> host_layers = {},
+    const std::filesystem::path& folder = {}) {
   engine::model::QuantSpec q;
   q.kind = kind;
   q.double_quant = true;
-  engine::model::LoadOptions options{q, dtype, device, std::move(host_layers)};
-  options.on_layer_loaded = std::move(on_layer_loaded);
-  auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(model_fixture("llama") / "base"), options);
+  engine::model::LoadOptions options;
+  options.quant = q;
+  options.dtype = dtype;
+  options.device = device;
+  options.host_layers = std::move(host_layers);
+  if (configure) configure(options);
+  auto lm = engine::model::CausalLM::load(
+      engine::io::HfFolder::open(folder.empty() ? model_fixture("llama") / "base" : folder), options);
   engine::lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;

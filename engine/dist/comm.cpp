@@ -164,7 +164,7 @@ void Comm::allgather_into(at::Tensor& out, const at::Tensor& t, const std::strin
   wait(pending);
 }
 
-Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what) {
+Comm::Pending Comm::start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what) {
   TORCH_CHECK(out.is_contiguous() && out.numel() == env_.world_size * t.numel() && out.dtype() == t.dtype(),
               "allgather_into: the output must be contiguous ",
               t.dtype(),
@@ -174,7 +174,7 @@ Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::
               out.dtype(),
               " ",
               out.sizes());
-  PendingGather p;
+  Pending p;
   p.out = out;
   p.what = std::move(what);
   if (!backend_) {
@@ -184,8 +184,8 @@ Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::
   const auto start = Clock::now();
   try {
     p.staged_out = staged(out);
-    p.staged_in = staged(t).reshape({-1});
-    p.work = backend_->_allgather_base(p.staged_out, p.staged_in);
+    p.inputs = {staged(t).reshape({-1})};
+    p.work = backend_->_allgather_base(p.staged_out, p.inputs[0]);
   } catch (const std::exception& e) {
     fail(p.what, e);
   }
@@ -193,7 +193,68 @@ Comm::PendingGather Comm::start_allgather_into(const at::Tensor& out, const at::
   return p;
 }
 
-void Comm::wait(PendingGather& p) {
+Comm::Pending Comm::start_scatter(const at::Tensor& out, const at::Tensor& whole, int64_t root, std::string what) {
+  const bool sends = env_.rank == root;
+  TORCH_CHECK(root >= 0 && root < env_.world_size, "scatter: root ", root, " is not a rank of ", env_.world_size);
+  TORCH_CHECK(out.is_contiguous() && (!sends || (whole.is_contiguous() && whole.dtype() == out.dtype() &&
+                                                 whole.numel() == env_.world_size * out.numel())),
+              "scatter: rank ",
+              root,
+              "'s input must be contiguous ",
+              out.dtype(),
+              " [",
+              env_.world_size * out.numel(),
+              "]");
+  Pending p;
+  p.out = out;
+  p.what = std::move(what);
+  if (!backend_) {
+    p.out.copy_(whole.reshape(out.sizes()));
+    return p;
+  }
+  const auto start = Clock::now();
+  try {
+    p.staged_out = staged(out);
+    std::vector<at::Tensor> outputs = {p.staged_out};
+    std::vector<std::vector<at::Tensor>> inputs;
+    if (sends) {
+      const auto flat = staged(whole).reshape({-1});
+      for (int64_t r = 0; r < env_.world_size; ++r) {
+        p.inputs.push_back(flat.narrow(0, r * out.numel(), out.numel()).view(out.sizes()));
+      }
+      inputs.push_back(p.inputs);
+    }
+    c10d::ScatterOptions options;
+    options.rootRank = root;
+    p.work = backend_->scatter(outputs, inputs, options);
+  } catch (const std::exception& e) {
+    fail(p.what, e);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  return p;
+}
+
+Comm::Pending Comm::start_broadcast(const at::Tensor& t, int64_t root, std::string what) {
+  TORCH_CHECK(root >= 0 && root < env_.world_size, "broadcast: root ", root, " is not a rank of ", env_.world_size);
+  Pending p;
+  p.out = t;
+  p.what = std::move(what);
+  if (!backend_) return p;
+  const auto start = Clock::now();
+  try {
+    p.staged_out = staged(t);
+    std::vector<at::Tensor> tensors = {p.staged_out};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    p.work = backend_->broadcast(tensors, options);
+  } catch (const std::exception& e) {
+    fail(p.what, e);
+  }
+  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  return p;
+}
+
+void Comm::wait(Pending& p) {
   if (!p.work) return;
   const auto start = Clock::now();
   try {
@@ -203,6 +264,7 @@ void Comm::wait(PendingGather& p) {
     fail(p.what, e);
   }
   p.work.reset();
+  p.inputs.clear();
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 

@@ -64,18 +64,26 @@ class Comm {
   // gather writes there directly (a sharded layer into its device slot).
   void allgather_into(at::Tensor& out, const at::Tensor& t, const std::string& what);
 
-  // allgather_into, started: the gather runs while the caller goes on (on Gloo's threads, or on
-  // NCCL's stream) and has landed in `out` once wait() returns for it (with NCCL: for the work
-  // the current stream enqueues after). Every rank starts the same gathers in the same order.
-  class PendingGather {
+  // A collective started: it runs while the caller goes on (on Gloo's threads, or on NCCL's
+  // stream) and has landed in its output once wait() returns for it (with NCCL: for the work the
+  // current stream enqueues after). Every rank starts the same collectives in the same order.
+  class Pending {
    private:
     friend class Comm;
     c10::intrusive_ptr<c10d::Work> work;  // null in a run of one: already done
-    at::Tensor out, staged_out, staged_in;
+    at::Tensor out, staged_out;
+    std::vector<at::Tensor> inputs;  // kept alive until the collective has read them
     std::string what;
   };
-  PendingGather start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what);
-  void wait(PendingGather& pending);
+  // allgather_into, started.
+  Pending start_allgather_into(const at::Tensor& out, const at::Tensor& t, std::string what);
+  // Rank `root`'s `whole` (contiguous, world_size * out.numel() elements of out's dtype; the
+  // other ranks pass an undefined tensor) cut into world_size equal parts: part r lands in rank
+  // r's `out`, started.
+  Pending start_scatter(const at::Tensor& out, const at::Tensor& whole, int64_t root, std::string what);
+  // Rank `root`'s `t` into every other rank's `t` (the same shape and dtype on every rank), started.
+  Pending start_broadcast(const at::Tensor& t, int64_t root, std::string what);
+  void wait(Pending& pending);
   void barrier(const std::string& what);
 
   // Tells the other ranks why this one is about to stop: the first line of `e`'s message (they

@@ -25,11 +25,19 @@ namespace qtrain::engine::dist {
 // padded to a multiple of world_size * 256 bytes and cut into world_size equal shards; rank r
 // keeps bytes [r * s, (r + 1) * s). Cutting bytes rather than tensors makes every shard the same
 // size, which c10d's all-gather needs, and the gather puts back the very bytes of the blob, so a
-// sharded run computes bit for bit what an unsharded one does. A shard is taken as soon as its
-// layer is loaded (LoadOptions::on_layer_loaded), so a rank never holds more than its shards and
-// one whole layer. Layers that are also offloaded keep their shards in (pinned) host memory and
-// gather from there. Outside acquire/release a layer's base tensors are meta tensors of the right
-// shapes: a stray use fails on the device check instead of reading another layer's slot.
+// sharded run computes bit for bit what an unsharded one does.
+//
+// Each layer is read from the checkpoint (and quantized) by one rank only, its reader (layer i:
+// rank i mod world_size); the others build it with placeholders of the same shapes
+// (LoadOptions::reads_layer_weights) and receive their shard from the reader by a scatter, with
+// a description (the blob's size, a signature of its layout and the 4-bit nested offsets, which
+// live outside the tensors) by a broadcast. Both are started as the layer loads and run while the
+// ranks go on loading their own next layers, so loading takes about 1/N of the time; bind_model
+// waits for them, checks the description against the rank's own placeholders and fills in the
+// offsets. A rank holds its shards, at most one whole layer being loaded and the blobs of the
+// last layers it read until they are sent. Layers that are also offloaded keep their shards in
+// (pinned) host memory and gather from there. Outside acquire/release a layer's base tensors are meta tensors of the
+// right shapes: a stray use fails on the device check instead of reading another layer's slot.
 //
 // The gather is a collective: every rank must acquire the same layers in the same order. The
 // scheduler acquires each layer in forward and each checkpointed one in backward, identically on
@@ -55,12 +63,15 @@ class ShardedWeights final : public schedule::WeightResidency {
   ShardedWeights(const ShardedWeights&) = delete;
   ShardedWeights& operator=(const ShardedWeights&) = delete;
 
-  // For LoadOptions::on_layer_loaded: keeps this rank's shard of layer `index`'s base tensors,
-  // where they are (the device, or host memory for a layer loaded there to be offloaded), and
-  // frees the rest.
-  void shard_layer(int64_t index, model::DecoderLayer& layer);
-  // The loaded model, whose layers acquire() binds to the gathered tensors. Every layer must have
-  // passed through shard_layer. The model must outlive this object.
+  // Sets `options` to load only the layers this rank reads and to keep this rank's shard of each
+  // layer as it loads (reads_layer_weights, on_layer_loaded); host_layers and device must be set
+  // already. Then CausalLM::load, then bind_model.
+  void prepare_load(model::LoadOptions& options);
+  // The rank that reads layer `layer` from the checkpoint and sends the others their shards.
+  int64_t reader_of(int64_t layer) const { return layer % comm_.world_size(); }
+  // The loaded model, whose layers acquire() binds to the gathered tensors: waits for the shards
+  // still arriving and checks them (See Note [Sharded base]). Every layer must have been loaded
+  // with prepare_load's options. The model must outlive this object.
   void bind_model(model::CausalLM& model);
 
   void plan_acquisitions(const std::vector<int64_t>& order) override;
@@ -84,13 +95,23 @@ class ShardedWeights final : public schedule::WeightResidency {
     int64_t padded_bytes = 0;  // the blob padded to world_size * 256
     at::Tensor bytes;          // uint8 [padded_bytes / world_size]: this rank's part
   };
+  // A layer's shard and description on their way from its reader.
+  struct Incoming {
+    int64_t layer = -1;
+    at::Tensor description;  // int64 [2 + nested offsets]: see describe()
+    int64_t expected_bytes = 0, expected_signature = 0;
+    Comm::Pending description_sent, shard_sent;
+    bool landed = false;
+  };
   struct Slot {
     at::Tensor buffer;  // uint8 [slot_bytes_]
     int64_t layer = -1;
     bool acquired = false;
-    std::optional<Comm::PendingGather> gathering;  // until acquire waits for it
+    std::optional<Comm::Pending> gathering;  // until acquire waits for it
     uint64_t last_use = 0;
   };
+  void shard_layer(int64_t index, model::DecoderLayer& layer);
+  void wait_incoming(int64_t up_to_layer);
   Slot* holding(int64_t layer);
   // A slot to gather `layer` into: an empty one, else the one released longest ago among those
   // holding no layer of the window ahead.
@@ -101,6 +122,9 @@ class ShardedWeights final : public schedule::WeightResidency {
 
   Comm& comm_;
   int64_t depth_;
+  at::Device device_ = at::kCPU;      // the model's (LoadOptions::device)
+  std::vector<int64_t> host_layers_;  // shards kept in host memory (LoadOptions::host_layers)
+  std::vector<Incoming> incoming_;
   model::CausalLM* model_ = nullptr;
   std::map<int64_t, Shard> shards_;
   std::vector<Slot> slots_;

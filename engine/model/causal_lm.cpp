@@ -32,12 +32,22 @@ namespace {
 // level) and its router at layers.N.router.{proj.weight, scale, per_expert_scale}, and
 // transformers stores them so (no per-expert form).
 
+// The same tensors with no values: meta tensors of their sizes and dtypes.
+std::vector<at::Tensor> without_values(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> meta;
+  for (const auto& t : tensors) meta.push_back(at::empty(t.sizes(), t.options().device(at::kMeta)));
+  return meta;
+}
+
 // Reads tensors by their in-memory names; `stored` maps such a name to the checkpoint's.
 struct Loader {
   const io::HfFolder& folder;
   const LoadOptions& options;
   std::string memory_prefix;  // ModelConfig::weight_prefix
   std::string stored_prefix;  // the same prefix as the checkpoint spells it
+  // Base linear weights (attention, MLP, experts) are placeholders: their shapes are checked from
+  // the checkpoint's header, their values not read (LoadOptions::reads_layer_weights).
+  bool placeholders = false;
 
   std::string stored(const std::string& name) const {
     if (memory_prefix == stored_prefix) return name;
@@ -71,29 +81,57 @@ struct Loader {
   LinearLayer linear(const std::string& module, bool has_bias) const {
     const auto weight_name = stored(module + ".weight");
     const auto bias = has_bias ? std::optional<at::Tensor>(plain(module + ".bias")) : optional_plain(module + ".bias");
-    if (io::is_bnb_4bit(folder, weight_name)) {
-      return LinearLayer::from_weight(
-          module, io::read_bnb_4bit(folder, weight_name).to(options.device), bias, options.quant);
+    if (io::is_bnb_4bit(folder, weight_name) || io::is_bnb_int8(folder, weight_name)) {
+      // Read as views of the mapped file: only the small quantization state is touched here.
+      auto weight = io::is_bnb_4bit(folder, weight_name) ? BaseWeight(io::read_bnb_4bit(folder, weight_name))
+                                                         : BaseWeight(io::read_bnb_int8(folder, weight_name));
+      auto l = LinearLayer::from_weight(module, std::move(weight), bias, options.quant);
+      l.rebind_base_tensors(placeholders ? without_values(l.base_tensors()) : on_device(l.base_tensors()));
+      return l;
     }
-    if (io::is_bnb_int8(folder, weight_name)) {
-      return LinearLayer::from_weight(
-          module, io::read_bnb_int8(folder, weight_name).to(options.device), bias, options.quant);
+    if (placeholders) {
+      const auto shape = folder.shape(weight_name);
+      TORCH_CHECK(shape.size() == 2,
+                  folder.dir().string(),
+                  ": ",
+                  weight_name,
+                  " must be 2-D [out, in], got ",
+                  at::IntArrayRef(shape));
+      return LinearLayer::placeholder(
+          module, shape[0], shape[1], folder.dtype(weight_name), bias, options.quant, options.dtype);
     }
     return LinearLayer::make(module, tensor(module + ".weight").to(options.device), bias, options.quant, options.dtype);
   }
 
+  std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& tensors) const {
+    std::vector<at::Tensor> moved;
+    for (const auto& t : tensors) moved.push_back(t.to(options.device));
+    return moved;
+  }
+
   // A checkpoint tensor that must have `shape`; the error names the key.
   at::Tensor shaped(const std::string& name, at::IntArrayRef shape) const {
-    auto t = tensor(name);
-    TORCH_CHECK(t.sizes() == shape,
+    check_shape(name, shape);
+    return tensor(name);
+  }
+
+  // The same check from the checkpoint's header, reading no values.
+  void check_shape(const std::string& name, at::IntArrayRef shape) const {
+    TORCH_CHECK(contains(name),
+                folder.dir().string(),
+                ": tensor '",
+                stored(name),
+                "' is missing from the checkpoint; is the folder a complete ",
+                "Hugging Face model?");
+    const auto stored_shape = folder.shape(stored(name));
+    TORCH_CHECK(at::IntArrayRef(stored_shape) == shape,
                 folder.dir().string(),
                 ": ",
                 stored(name),
                 " is ",
-                t.sizes(),
+                at::IntArrayRef(stored_shape),
                 " but config.json implies ",
                 shape);
-    return t;
   }
 
   // Gemma 4's router of layer `p` (Note [Gemma 4 router]) in the compute dtype. transformers'
@@ -104,7 +142,9 @@ struct Loader {
     const auto proj = stored(p + "router.proj.weight");
     const bool prequantized = io::is_bnb_4bit(folder, proj) || io::is_bnb_int8(folder, proj);
     Gemma4Router r;
-    r.proj = prequantized ? linear(p + "router.proj", false).dense_weight(options.dtype)
+    Loader whole = *this;  // a router is read in full on every rank: it is not a base linear
+    whole.placeholders = false;
+    r.proj = prequantized ? whole.linear(p + "router.proj", false).dense_weight(options.dtype)
                           : shaped(p + "router.proj.weight", {e_count, h});
     TORCH_CHECK(r.proj.sizes() == at::IntArrayRef({e_count, h}),
                 folder.dir().string(),
@@ -145,6 +185,10 @@ struct Loader {
     const QuantSpec quant = options.quantize_moe_experts ? options.quant : QuantSpec{};
     // transformers writes Gemma 4's experts fused only (it has no conversion mapping for them).
     const bool fused = gemma4 || contains(block + "experts.gate_up_proj");
+    if (placeholders) {
+      placeholder_experts(b.experts, block, fused, mixtral_names, e_count, h, i, quant);
+      return b;
+    }
     at::Tensor gate_up_all, down_all;
     if (fused) {
       gate_up_all = shaped(block + "experts.gate_up_proj", {e_count, 2 * i, h});
@@ -170,6 +214,43 @@ struct Loader {
           name + ".down_proj", down.to(options.device).contiguous(), std::nullopt, quant, options.dtype));
     }
     return b;
+  }
+
+  // moe()'s experts as placeholders, every checkpoint tensor's shape checked as moe() checks it.
+  void placeholder_experts(MoeExperts& experts,
+                           const std::string& block,
+                           bool fused,
+                           bool mixtral_names,
+                           int64_t e_count,
+                           int64_t h,
+                           int64_t i,
+                           const QuantSpec& quant) const {
+    at::ScalarType gate_up_dtype = at::kFloat, down_dtype = at::kFloat;
+    if (fused) {
+      check_shape(block + "experts.gate_up_proj", {e_count, 2 * i, h});
+      check_shape(block + "experts.down_proj", {e_count, h, i});
+      gate_up_dtype = folder.dtype(stored(block + "experts.gate_up_proj"));
+      down_dtype = folder.dtype(stored(block + "experts.down_proj"));
+    }
+    for (int64_t e = 0; e < e_count; ++e) {
+      const auto ex = block + "experts." + std::to_string(e) + ".";
+      if (!fused) {
+        const auto gate = ex + (mixtral_names ? "w1" : "gate_proj") + ".weight";
+        const auto up = ex + (mixtral_names ? "w3" : "up_proj") + ".weight";
+        const auto down = ex + (mixtral_names ? "w2" : "down_proj") + ".weight";
+        check_shape(gate, {i, h});
+        check_shape(up, {i, h});
+        check_shape(down, {h, i});
+        // at::cat of the two halves gives their promoted dtype.
+        gate_up_dtype = at::promoteTypes(folder.dtype(stored(gate)), folder.dtype(stored(up)));
+        down_dtype = folder.dtype(stored(down));
+      }
+      const auto name = experts.name + "." + std::to_string(e);
+      experts.gate_up.push_back(LinearLayer::placeholder(
+          name + ".gate_up_proj", 2 * i, h, gate_up_dtype, std::nullopt, quant, options.dtype));
+      experts.down.push_back(
+          LinearLayer::placeholder(name + ".down_proj", h, i, down_dtype, std::nullopt, quant, options.dtype));
+    }
   }
 };
 
@@ -227,36 +308,39 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
   m.layers_.reserve(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto p = prefix + "layers." + std::to_string(i) + ".";
+    Loader layer_load = load;
+    layer_load.placeholders = options.reads_layer_weights && !options.reads_layer_weights(i);
     DecoderLayer l;
     l.index = i;
-    l.input_norm = load.plain(p + "input_layernorm.weight");
-    l.post_attn_norm = load.plain(p + "post_attention_layernorm.weight");
+    l.input_norm = layer_load.plain(p + "input_layernorm.weight");
+    l.post_attn_norm = layer_load.plain(p + "post_attention_layernorm.weight");
     if (c.gemma) {
-      l.pre_ff_norm = load.plain(p + "pre_feedforward_layernorm.weight");
-      l.post_ff_norm = load.plain(p + "post_feedforward_layernorm.weight");
+      l.pre_ff_norm = layer_load.plain(p + "pre_feedforward_layernorm.weight");
+      l.post_ff_norm = layer_load.plain(p + "post_feedforward_layernorm.weight");
     }
     if (c.qk_norm) {
-      l.q_norm = load.plain(p + "self_attn.q_norm.weight");
-      l.k_norm = load.plain(p + "self_attn.k_norm.weight");
+      l.q_norm = layer_load.plain(p + "self_attn.q_norm.weight");
+      l.k_norm = layer_load.plain(p + "self_attn.k_norm.weight");
     }
     l.attention = c.attention(i);
-    l.q = load.linear(p + "self_attn.q_proj", c.qkv_bias);
-    l.k = load.linear(p + "self_attn.k_proj", c.qkv_bias);
-    if (!l.attention.k_eq_v) l.v = load.linear(p + "self_attn.v_proj", c.qkv_bias);
-    if (c.arch == Architecture::gemma4) l.layer_scalar = load.plain(p + "layer_scalar");
-    l.o = load.linear(p + "self_attn.o_proj", c.o_bias);
+    l.q = layer_load.linear(p + "self_attn.q_proj", c.qkv_bias);
+    l.k = layer_load.linear(p + "self_attn.k_proj", c.qkv_bias);
+    if (!l.attention.k_eq_v) l.v = layer_load.linear(p + "self_attn.v_proj", c.qkv_bias);
+    if (c.arch == Architecture::gemma4) l.layer_scalar = layer_load.plain(p + "layer_scalar");
+    l.o = layer_load.linear(p + "self_attn.o_proj", c.o_bias);
     if (c.layer_has_dense_mlp(i)) {
-      l.gate = load.linear(p + "mlp.gate_proj", c.mlp_bias);
-      l.up = load.linear(p + "mlp.up_proj", c.mlp_bias);
-      l.down = load.linear(p + "mlp.down_proj", c.mlp_bias);
+      l.gate = layer_load.linear(p + "mlp.gate_proj", c.mlp_bias);
+      l.up = layer_load.linear(p + "mlp.up_proj", c.mlp_bias);
+      l.down = layer_load.linear(p + "mlp.down_proj", c.mlp_bias);
     }
-    if (c.layer_is_sparse(i)) l.moe = load.moe(p, c);
+    if (c.layer_is_sparse(i)) l.moe = layer_load.moe(p, c);
     if (c.arch == Architecture::gemma4 && l.moe) {
-      l.post_ff_norm_1 = load.plain(p + "post_feedforward_layernorm_1.weight");
-      l.pre_ff_norm_2 = load.plain(p + "pre_feedforward_layernorm_2.weight");
-      l.post_ff_norm_2 = load.plain(p + "post_feedforward_layernorm_2.weight");
+      l.post_ff_norm_1 = layer_load.plain(p + "post_feedforward_layernorm_1.weight");
+      l.pre_ff_norm_2 = layer_load.plain(p + "pre_feedforward_layernorm_2.weight");
+      l.post_ff_norm_2 = layer_load.plain(p + "post_feedforward_layernorm_2.weight");
     }
-    if (std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
+    if (!layer_load.placeholders &&
+        std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
       for (auto* lin : l.weight_linears()) {
         std::vector<at::Tensor> host;
         for (const auto& t : lin->base_tensors()) host.push_back(t.cpu());
@@ -344,8 +428,8 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
       at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
           .reshape({-1});
   const int64_t count = (shifted != ops::kIgnoreIndex).sum().item<int64_t>();
-  const auto chunk = ops::cross_entropy_chunk_tokens(
-      lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
+  const auto chunk =
+      ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   auto sum = ops::chunked_cross_entropy_sum(
       h.reshape({-1, h.size(-1)}), lm_head_, shifted, chunk, config_.final_logit_softcap);
   return {sum, count};

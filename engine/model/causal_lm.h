@@ -35,6 +35,12 @@ struct LoadOptions {
   // one is read: a sharded base (engine/dist/sharded_weights.h) keeps its slice of the layer
   // here, so that loading never holds more than one whole layer besides the slices.
   std::function<void(int64_t, DecoderLayer&)> on_layer_loaded;
+  // Whether this process reads decoder layer i's base linear weights (null: every layer's). A
+  // layer it does not read gets placeholders (LinearLayer::placeholder: meta tensors, shapes
+  // checked against the checkpoint's header, no values read, not moved to host_layers' memory);
+  // norms, biases and routers are read as always. A sharded base reads each layer on one rank
+  // and sends the other ranks their slices in on_layer_loaded.
+  std::function<bool(int64_t)> reads_layer_weights;
 };
 
 class CausalLM {

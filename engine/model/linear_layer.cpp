@@ -32,6 +32,33 @@ LinearLayer LinearLayer::make(std::string name,
   return from_weight(std::move(name), std::move(stored), bias ? std::optional(bias->to(dtype)) : std::nullopt, quant);
 }
 
+LinearLayer LinearLayer::placeholder(std::string name,
+                                     int64_t out_features,
+                                     int64_t in_features,
+                                     at::ScalarType source_dtype,
+                                     const std::optional<at::Tensor>& bias,
+                                     const QuantSpec& quant,
+                                     at::ScalarType dtype) {
+  BaseWeight stored;
+  switch (quant.kind) {
+    case QuantSpec::Kind::none:
+      stored = at::empty({out_features, in_features}, at::TensorOptions(dtype).device(at::kMeta));
+      break;
+    case QuantSpec::Kind::nf4:
+    case QuantSpec::Kind::fp4:
+      stored = ops::placeholder_4bit({out_features, in_features},
+                                     source_dtype,
+                                     quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4,
+                                     quant.blocksize,
+                                     quant.double_quant);
+      break;
+    case QuantSpec::Kind::int8:
+      stored = ops::Int8Weight::placeholder(out_features, in_features);
+      break;
+  }
+  return from_weight(std::move(name), std::move(stored), bias ? std::optional(bias->to(dtype)) : std::nullopt, quant);
+}
+
 LinearLayer LinearLayer::from_weight(std::string name,
                                      BaseWeight weight,
                                      std::optional<at::Tensor> bias,

@@ -34,6 +34,17 @@ struct LinearLayer {
                           const std::optional<at::Tensor>& bias,
                           const QuantSpec& quant,
                           at::ScalarType dtype);
+  // What `make` builds from a weight [out, in] of `source_dtype`, without reading it: the base
+  // weight's tensors are meta tensors of the sizes and dtypes `make` gives them (a 4-bit nested
+  // offset is 0), for a layer whose bytes another rank reads and sends (Note [Sharded base] in
+  // engine/dist/sharded_weights.h). The bias is real.
+  static LinearLayer placeholder(std::string name,
+                                 int64_t out_features,
+                                 int64_t in_features,
+                                 at::ScalarType source_dtype,
+                                 const std::optional<at::Tensor>& bias,
+                                 const QuantSpec& quant,
+                                 at::ScalarType dtype);
   // From a weight already in its stored form (e.g. read quantized from a checkpoint).
   static LinearLayer from_weight(std::string name,
                                  BaseWeight weight,

@@ -134,12 +134,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                c10::toString(options.dtype),
                base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   std::fflush(out);
-  // See Note [Sharded base] (engine/dist/sharded_weights.h): a rank keeps its slice of each layer
-  // as soon as the layer is loaded.
+  // See Note [Sharded base] (engine/dist/sharded_weights.h): a rank reads 1/N of the layers and
+  // keeps its slice of each layer as soon as the layer is loaded.
   std::shared_ptr<dist::ShardedWeights> sharded;
   if (device_plan.shard_base) {
     sharded = std::make_shared<dist::ShardedWeights>(comm, c.offload_prefetch_depth);
-    options.on_layer_loaded = [&sharded](int64_t i, model::DecoderLayer& layer) { sharded->shard_layer(i, layer); };
+    sharded->prepare_load(options);
   }
   auto lm = model::CausalLM::load(folder, options);
   if (sharded) {

@@ -148,6 +148,12 @@ Int8Weight Int8Weight::from_quantized(const at::Tensor& cb,
   return Int8Weight(cb.contiguous(), scb->reshape({-1}).contiguous());
 }
 
+Int8Weight Int8Weight::placeholder(int64_t out_features, int64_t in_features) {
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  return Int8Weight(at::empty({out_features, in_features}, meta.dtype(at::kChar)),
+                    at::empty({out_features}, meta.dtype(at::kFloat)));
+}
+
 Int8Weight Int8Weight::to(const at::Device& device) const {
   return Int8Weight(cb_.to(device), scb_.to(device));
 }

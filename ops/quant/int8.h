@@ -35,6 +35,9 @@ class Int8Weight {
   static Int8Weight from_float(const at::Tensor& weight);
   // From stored state. `scb` missing is an error naming `what`: it is never guessed from CB.
   static Int8Weight from_quantized(const at::Tensor& cb, const std::optional<at::Tensor>& scb, const std::string& what);
+  // The shapes from_float gives a weight [out, in], as meta tensors without values (for a layer
+  // another rank reads; its CB and SCB arrive later).
+  static Int8Weight placeholder(int64_t out_features, int64_t in_features);
 
   const at::Tensor& cb() const { return cb_; }
   const at::Tensor& scb() const { return scb_; }

@@ -311,6 +311,31 @@ void Packed4bit::validate(const std::string& what) const {
   }
 }
 
+Packed4bit placeholder_4bit(
+    at::IntArrayRef shape, at::ScalarType dtype, QuantType type, int64_t blocksize, bool double_quant) {
+  check_blocksize_4bit(blocksize);
+  const auto meta = at::TensorOptions().device(at::kMeta);
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  Packed4bit q;
+  q.quant_type = type;
+  q.blocksize = blocksize;
+  q.shape = shape.vec();
+  q.dtype = dtype;
+  q.packed = at::empty({(n + 1) / 2, 1}, meta.dtype(at::kByte));
+  const int64_t blocks = ceil_div(n, blocksize);
+  if (!double_quant) {
+    q.absmax = at::empty({blocks}, meta.dtype(at::kFloat));
+    return q;
+  }
+  NestedAbsmax nested;  // as quantize_4bit's double quantization lays it out
+  nested.qabsmax = at::empty({blocks}, meta.dtype(at::kByte));
+  nested.absmax2 = at::empty({ceil_div(blocks, nested.blocksize)}, meta.dtype(at::kFloat));
+  nested.code = at::empty({256}, meta.dtype(at::kFloat));
+  q.nested = std::move(nested);
+  return q;
+}
+
 Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize, bool double_quant) {
   check_float_input(x, "quantize_4bit: x");
   check_blocksize_4bit(blocksize);

@@ -59,6 +59,13 @@ void check_blocksize_4bit(int64_t blocksize);
 // x: any shape, float32 / bfloat16 / float16, contiguous, CPU or CUDA.
 Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize = 64, bool double_quant = false);
 
+// What quantize_4bit(x of `shape` and `dtype`, ...) returns, without the values: every tensor a
+// meta tensor of the size and dtype quantize_4bit gives it, and a nested offset of 0. For a
+// layer whose bytes another rank reads and sends (Note [Sharded base]); the values, and the
+// nested offset, are filled in when they arrive.
+Packed4bit placeholder_4bit(
+    at::IntArrayRef shape, at::ScalarType dtype, QuantType type, int64_t blocksize = 64, bool double_quant = false);
+
 // Returns the tensor in `dtype` (default: the original dtype), shape `q.shape`, on q's device.
 at::Tensor dequantize_4bit(const Packed4bit& q, std::optional<at::ScalarType> dtype = std::nullopt);
 

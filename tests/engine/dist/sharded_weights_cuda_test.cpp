@@ -41,12 +41,8 @@ TEST(ShardedWeightsCuda, ARunOfOneOnOneGpuTrainsAsTheResidentModel) {
   Comm comm(one, std::chrono::seconds(60));
   auto sharded = std::make_shared<ShardedWeights>(comm, 1);
   // Layer 1 loads into host memory, as an offloaded layer does: its shard stays there, pinned.
-  auto lm = test::load_llama_with_lora(QuantSpec::Kind::nf4,
-                                       at::kBFloat16,
-                                       gpu,
-                                       0.0,
-                                       [&](int64_t i, model::DecoderLayer& l) { sharded->shard_layer(i, l); },
-                                       {1});
+  auto lm = test::load_llama_with_lora(
+      QuantSpec::Kind::nf4, at::kBFloat16, gpu, 0.0, [&](model::LoadOptions& o) { sharded->prepare_load(o); }, {1});
   sharded->bind_model(lm);
   EXPECT_GT(sharded->host_shard_bytes(), 0);
   EXPECT_LT(sharded->host_shard_bytes(), sharded->shard_bytes());
@@ -69,9 +65,7 @@ TEST(ShardedWeightsCuda, TwoNcclRanksOnTwoGpusTrainAsTheResidentModel) {
         auto sharded = std::make_shared<ShardedWeights>(comm, 1);
         const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(comm.rank()));
         auto lm = test::load_llama_with_lora(
-            QuantSpec::Kind::nf4, at::kBFloat16, gpu, 0.0, [&](int64_t i, model::DecoderLayer& l) {
-              sharded->shard_layer(i, l);
-            });
+            QuantSpec::Kind::nf4, at::kBFloat16, gpu, 0.0, [&](model::LoadOptions& o) { sharded->prepare_load(o); });
         sharded->bind_model(lm);
         got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
       },

@@ -1,15 +1,20 @@
 // A base sharded across ranks (threads of this process over Gloo): each rank keeps 1/N of every
 // layer's quantized bytes, and training through the gathered layers gives losses and LoRA
 // gradients bitwise identical to the unsharded model (float, NF4 and INT8 bases; 1, 2 and 3
-// ranks), with every layer recomputed even with checkpointing off. Between acquisitions a layer's
-// base tensors hold no bytes; a rank without an evaluation batch keeps in step with skip_eval.
+// ranks), with every layer recomputed even with checkpointing off. Each rank reads only its own
+// layers from the checkpoint. Between acquisitions a layer's base tensors hold no bytes; a rank
+// without an evaluation batch keeps in step with skip_eval.
 #include "engine/dist/sharded_weights.h"
+
+#include <cmath>
+#include <filesystem>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
+#include "tests/temp_dir.h"
 #include "tests/thread_ranks.h"
 
 namespace qtrain::engine::dist {
@@ -27,11 +32,30 @@ struct Variant {
 };
 
 // LoRA dropout off: the ranks are threads sharing the global generator.
-model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedWeights& sharded) {
+model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedWeights& sharded, const std::filesystem::path& folder = {}) {
   auto lm = test::load_llama_with_lora(
-      kind, at::kFloat, at::kCPU, 0.0, [&](int64_t i, model::DecoderLayer& l) { sharded.shard_layer(i, l); });
+      kind, at::kFloat, at::kCPU, 0.0, [&](model::LoadOptions& o) { sharded.prepare_load(o); }, {}, folder);
   sharded.bind_model(lm);
   return lm;
+}
+
+// The llama fixture with every base linear weight of the layers `poisoned` holding a NaN: a
+// reader refuses such a weight the moment it reads it (HfFolder::tensor), so a load that
+// succeeds never read them.
+std::filesystem::path fixture_poisoning(const std::filesystem::path& dir, const std::vector<int64_t>& poisoned) {
+  const auto base = io::HfFolder::open(test::model_fixture("llama") / "base");
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& name : base.tensor_names()) {
+    auto t = base.tensor(name).clone();
+    for (const int64_t l : poisoned) {
+      const auto prefix = "model.layers." + std::to_string(l) + ".";
+      const bool linear = name.rfind(prefix, 0) == 0 && name.find("_proj.weight") != std::string::npos;
+      if (linear) t.view(-1)[0] = std::nan("");
+    }
+    tensors.emplace_back(name, t);
+  }
+  io::save_hf_folder(dir, base.config(), tensors);
+  return dir;
 }
 
 int64_t base_bytes(const model::CausalLM& lm) {
@@ -105,6 +129,67 @@ INSTANTIATE_TEST_SUITE_P(Bases,
                                          Variant{QuantSpec::Kind::int8, 2, 1, "int8_2ranks"},
                                          Variant{QuantSpec::Kind::none, 1, 1, "float_1rank"}),
                          [](const auto& info) { return info.param.name; });
+
+// Each rank reads only the layers it is the reader of (layer i: rank i mod 2): its own folder
+// has NaN in every other layer's weights, which no reader would let through. The shards it gets
+// from the other readers (bytes and nested offsets) still train bitwise as the resident model.
+TEST(ShardedWeights, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
+  const int64_t world = 2;
+  auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
+  const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
+  const int64_t layers = static_cast<int64_t>(resident.layers().size());
+  ASSERT_GT(layers, world);  // some rank reads two layers
+  const auto dir = test::fresh_test_dir(true);
+  std::vector<std::filesystem::path> folders;
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<int64_t> others;
+    for (int64_t l = 0; l < layers; ++l) {
+      if (l % world != r) others.push_back(l);
+    }
+    folders.push_back(fixture_poisoning(dir / ("rank" + std::to_string(r)), others));
+  }
+  // The poison works: the whole model cannot be read from rank 0's folder.
+  test::expect_error(
+      [&] { test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0, {}, {}, folders[0]); }, "NaN");
+  std::vector<test::StepsResult> got(world);
+  test::run_ranks(world, std::chrono::seconds(60), [&](Comm& comm) {
+    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded, folders[comm.rank()]);
+    EXPECT_EQ(sharded->reader_of(2), 0);
+    got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
+  });
+  for (int64_t r = 0; r < world; ++r) {
+    for (size_t s = 0; s < want.losses.size(); ++s) {
+      EXPECT_TRUE(test::bitwise_equal(got[r].losses[s], want.losses[s])) << "rank " << r << ", step " << s;
+    }
+    ASSERT_EQ(got[r].grads.size(), want.grads.size());
+    for (size_t i = 0; i < want.grads.size(); ++i) {
+      EXPECT_TRUE(test::bitwise_equal(got[r].grads[i], want.grads[i])) << "rank " << r << ", gradient " << i;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Ranks that build a layer differently (here: another quantization) are told so by name at
+// bind_model, instead of gathering bytes that mean something else.
+TEST(ShardedWeights, RanksThatDisagreeOnALayersLayoutAreRefusedByName) {
+  std::vector<std::string> errors(2);
+  test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
+    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+    try {
+      load_sharded(comm.rank() == 0 ? QuantSpec::Kind::nf4 : QuantSpec::Kind::fp4, *sharded);
+    } catch (const std::exception& e) {
+      errors[comm.rank()] = e.what();
+    }
+  });
+  // Each rank finds the other's layer unlike its own placeholders.
+  for (int r = 0; r < 2; ++r) {
+    const auto other = std::to_string(1 - r);
+    EXPECT_NE(errors[r].find("layer " + other + ": rank " + other + " read its base weights as"), std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("same quantization settings"), std::string::npos) << errors[r];
+  }
+}
 
 TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
   auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
