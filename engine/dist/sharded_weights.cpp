@@ -312,6 +312,12 @@ int64_t ShardedWeights::shard_bytes() const {
   return total;
 }
 
+int64_t ShardedWeights::layers_read() const {
+  int64_t read = 0;
+  for (const auto& [layer, s] : shards_) read += reader_of(layer) == comm_.rank() ? 1 : 0;
+  return read;
+}
+
 int64_t ShardedWeights::host_shard_bytes() const {
   TORCH_CHECK(model_, "host_shard_bytes() before bind_model");
   int64_t total = 0;

@@ -80,6 +80,7 @@ class ShardedWeights final : public schedule::WeightResidency {
   bool needs_recompute(int64_t) const override { return true; }
 
   int64_t shard_bytes() const;  // this rank's shards of all layers
+  int64_t layers_read() const;  // layers this rank read from the checkpoint (it is their reader)
   // Of those, the ones kept in host memory while the model computes on a GPU (offloaded layers).
   int64_t host_shard_bytes() const;
   int64_t slot_bytes() const { return slot_bytes_; }

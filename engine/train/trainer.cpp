@@ -141,19 +141,24 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     sharded = std::make_shared<dist::ShardedWeights>(comm, c.offload_prefetch_depth);
     sharded->prepare_load(options);
   }
+  const auto load_start = std::chrono::steady_clock::now();
   auto lm = model::CausalLM::load(folder, options);
   if (sharded) {
     sharded->bind_model(lm);
     const int64_t host = sharded->host_shard_bytes();
     std::fprintf(
         out,
-        "shard_base: %s of the base's layers on each of %lld ranks%s, gathered into %lld slots of %s\n",
+        "shard_base: %s of the base's layers on each of %lld ranks%s, gathered into %lld slots of %s; "
+        "this rank read %lld of the %zu layers, loaded in %.1f s\n",
         offload::format_bytes(sharded->shard_bytes()).c_str(),
         static_cast<long long>(comm.world_size()),
         host > 0 ? (" (" + offload::format_bytes(host) + " of it in pinned host memory: the offloaded layers)").c_str()
                  : "",
         static_cast<long long>(sharded->num_slots()),
-        offload::format_bytes(sharded->slot_bytes()).c_str());
+        offload::format_bytes(sharded->slot_bytes()).c_str(),
+        static_cast<long long>(sharded->layers_read()),
+        lm.layers().size(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   }
   auto lora = lora_config(c);
   if (!c.lora_model_dir.empty()) {

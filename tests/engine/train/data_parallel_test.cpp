@@ -293,6 +293,8 @@ TEST_F(DataParallel, TwoRanksWithAShardedBaseTrainAsTwoRanksWithout) {
   const auto out = read(dir_ / "sharded.out");
   EXPECT_NE(out.find("shard_base: "), std::string::npos) << out;
   EXPECT_NE(out.find(" on each of 2 ranks"), std::string::npos) << out;
+  // Rank 0 reads layers 0 and 2 of the three; rank 1 reads layer 1 and sends rank 0 its shard.
+  EXPECT_NE(out.find("this rank read 2 of the 3 layers"), std::string::npos) << out;
 }
 
 // Three ranks as processes, each with a third of the base: the same bits as three ranks with the
