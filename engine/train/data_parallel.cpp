@@ -1,6 +1,7 @@
 // See data_parallel.h.
 #include "engine/train/data_parallel.h"
 
+#include <cstring>
 #include <map>
 
 #include <ATen/ATen.h>
@@ -61,6 +62,20 @@ std::vector<double> sum_over_ranks(dist::Comm& comm, const std::vector<double>& 
   auto t = at::tensor(values, at::kDouble);
   comm.allreduce_sum(t, what);
   return {t.data_ptr<double>(), t.data_ptr<double>() + t.numel()};
+}
+
+std::string text_from_rank0(dist::Comm& comm, const std::string& text, const std::string& what) {
+  if (comm.world_size() == 1) return text;
+  auto size = at::full({1}, comm.lead() ? static_cast<int64_t>(text.size()) : 0, at::kLong);
+  auto sent = comm.start_broadcast(size, 0, what);
+  comm.wait(sent);
+  const int64_t n = size.item<int64_t>();
+  if (n == 0) return {};
+  auto bytes = at::empty({n}, at::kByte);
+  if (comm.lead()) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  sent = comm.start_broadcast(bytes, 0, what);
+  comm.wait(sent);
+  return {static_cast<const char*>(bytes.const_data_ptr()), static_cast<size_t>(n)};
 }
 
 std::vector<at::Tensor> gather_states(dist::Comm& comm, const at::Tensor& state, const std::string& what) {

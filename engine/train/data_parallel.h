@@ -51,6 +51,9 @@ void sum_gradients(dist::Comm& comm, const std::vector<at::Tensor>& params, cons
 // Each value summed over the ranks, in float64.
 std::vector<double> sum_over_ranks(dist::Comm& comm, const std::vector<double>& values, const std::string& what);
 
+// Rank 0's `text` on every rank (the others' `text` is ignored). Nothing happens in a run of one.
+std::string text_from_rank0(dist::Comm& comm, const std::string& text, const std::string& what);
+
 // Every rank's `state` (a generator's state, the same size on every rank), in rank order.
 std::vector<at::Tensor> gather_states(dist::Comm& comm, const at::Tensor& state, const std::string& what);
 

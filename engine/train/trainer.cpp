@@ -106,12 +106,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   const auto t_start = std::chrono::steady_clock::now();
   const RankConsole console(comm);
   std::FILE* out = console.get();
-  // Rank 0 checks output_dir first (and with overwrite_output_dir clears it); the others then find
-  // the same checkpoint to resume from.
+  // Only rank 0 checks output_dir (and with overwrite_output_dir clears it), and tells the others
+  // which checkpoint to resume from: a rank that looked after it would find rank 0's new files
+  // (metrics.jsonl, run_config.yaml) and take them for another run's, or delete them.
   fs::path resume;
   if (comm.lead()) resume = prepare_output_dir(c, out);
-  comm.barrier("waiting for rank 0 to check output_dir");
-  if (!comm.lead()) resume = prepare_output_dir(c, out);
+  resume = text_from_rank0(comm, resume.string(), "waiting for rank 0 to check output_dir");
   const std::string config_yaml = config::to_yaml(c);
   if (comm.lead()) {
     fs::create_directories(c.output_dir);

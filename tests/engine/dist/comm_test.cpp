@@ -55,6 +55,35 @@ TEST(Comm, SumsAndGathersAreExactAndTheSameOnEveryRank) {
   }
 }
 
+// The collectives a sharded base loads with (Note [Sharded base]): a scatter and a broadcast from
+// any rank, started and waited for, several in flight at once, and the identity in a run of one.
+TEST(Comm, ScattersAndBroadcastsFromAnyRankLandExactly) {
+  constexpr int64_t world = 3;
+  std::vector<at::Tensor> parts(world), broadcasts(world);
+  run_ranks(world, std::chrono::seconds(30), [&](Comm& comm) {
+    const auto r = comm.rank();
+    const auto whole = at::arange(world * 4, at::kFloat) + 100 * (r + 1);  // only the root's is sent
+    auto part = at::empty({4}, at::kFloat);
+    auto value = at::full({2}, r == 2 ? int64_t{7} : int64_t{-1}, at::kLong);
+    auto scattered = comm.start_scatter(part, r == 1 ? whole : at::Tensor(), 1, "scattering");
+    auto broadcast = comm.start_broadcast(value, 2, "broadcasting");
+    comm.wait(scattered);
+    comm.wait(broadcast);
+    parts[r] = part;
+    broadcasts[r] = value;
+  });
+  for (int64_t r = 0; r < world; ++r) {
+    EXPECT_TRUE(at::equal(parts[r], at::arange(4 * r, 4 * r + 4, at::kFloat) + 200)) << "rank " << r;
+    EXPECT_TRUE(at::equal(broadcasts[r], at::full({2}, int64_t{7}, at::kLong))) << "rank " << r;
+  }
+  DistEnv one;
+  Comm comm(one, std::chrono::seconds(1));
+  auto part = at::empty({3}, at::kFloat);
+  auto scattered = comm.start_scatter(part, at::arange(3, at::kFloat), 0, "scattering");
+  comm.wait(scattered);
+  EXPECT_TRUE(at::equal(part, at::arange(3, at::kFloat)));
+}
+
 TEST(Comm, ACollectiveThatLosesItsPeerNamesIt) {
   // Rank 1 stops with an error of its own (it announces it, as the trainer does) and leaves; rank
   // 0's next sum fails at once (the socket closes) and names rank 1 with its message.

@@ -22,12 +22,14 @@
 
 #include "engine/io/peft_adapter.h"
 #include "engine/io/safetensors.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/run_state.h"
 #include "engine/train/trainer.h"
 #include "tests/expect_error.h"
 #include "tests/free_port.h"
 #include "tests/reference.h"
 #include "tests/temp_dir.h"
+#include "tests/thread_ranks.h"
 
 extern char** environ;
 
@@ -368,6 +370,19 @@ TEST_F(DataParallel, CtrlCStopsEveryRankAtOneStepWithOneCheckpoint) {
   const auto ck = load_checkpoint(all[0]);
   EXPECT_EQ(ck.state.world_size, 2);
   EXPECT_EQ(step_records(dir_ / "stopped").back().at("step").get<int64_t>(), ck.state.global_step);
+}
+
+// Only rank 0 looks at output_dir; the others take the checkpoint to resume from (a path, or none)
+// from it, whatever they would find themselves.
+TEST(TextFromRank0, EveryRankGetsRankZerosTextEmptyOrNot) {
+  for (const std::string& sent : {std::string("/runs/a/checkpoint-12"), std::string()}) {
+    std::vector<std::string> got(3);
+    test::run_ranks(3, std::chrono::seconds(30), [&](dist::Comm& comm) {
+      got[comm.rank()] =
+          text_from_rank0(comm, comm.lead() ? sent : "rank's own " + std::to_string(comm.rank()), "telling");
+    });
+    for (const auto& g : got) EXPECT_EQ(g, sent);
+  }
 }
 
 }  // namespace
