@@ -57,13 +57,17 @@ struct Loader {
 
   bool contains(const std::string& name) const { return folder.contains(stored(name)); }
 
-  at::Tensor tensor(const std::string& name) const {
+  void check_present(const std::string& name) const {
     TORCH_CHECK(contains(name),
                 folder.dir().string(),
                 ": tensor '",
                 stored(name),
                 "' is missing from the checkpoint; is the folder a complete ",
                 "Hugging Face model?");
+  }
+
+  at::Tensor tensor(const std::string& name) const {
+    check_present(name);
     return folder.tensor(stored(name));
   }
 
@@ -117,12 +121,7 @@ struct Loader {
 
   // The same check from the checkpoint's header, reading no values.
   void check_shape(const std::string& name, at::IntArrayRef shape) const {
-    TORCH_CHECK(contains(name),
-                folder.dir().string(),
-                ": tensor '",
-                stored(name),
-                "' is missing from the checkpoint; is the folder a complete ",
-                "Hugging Face model?");
+    check_present(name);
     const auto stored_shape = folder.shape(stored(name));
     TORCH_CHECK(at::IntArrayRef(stored_shape) == shape,
                 folder.dir().string(),
