@@ -36,7 +36,9 @@ namespace {
 //   in float32 it is the input itself, which q, k and v (and gate and up) share, and o's input is
 //   a view of the attention output a fused kernel keeps anyway. With dropout it saves the
 //   dropped-out copy (float32) and the mask per adapter instead: 1 byte per element from CUDA's
-//   fused dropout, 4 from the CPU's (at::dropout multiplies by a float32 noise tensor there);
+//   fused dropout, 4 from the CPU's (at::dropout multiplies by a float32 noise tensor there). The
+//   mask is kept only for an input that needs a gradient: not for q, k and v of the first layer,
+//   whose input is the normed embedding output;
 // - rope saves only the shared cos/sin tables; the SwiGLU (and Gemma's GeGLU) saves gate's and
 //   up's outputs and silu(gate) (gelu(gate)): 3 N I s;
 // - attention: a fused kernel (flash, memory-efficient, the CPU's
@@ -185,14 +187,20 @@ int64_t grouped_workspace_bytes(const Linear& l, const MemoryShape& shape, int64
 }
 
 // Bytes of the float32 LoRA inputs that adapters on linears sharing one input [N, in] save, and
-// of their A outputs; `input_kept`: the input is a float32 tensor some other node keeps anyway.
+// of their A outputs; `input_kept`: the input is a float32 tensor some other node keeps anyway;
+// `input_needs_grad`: false for the first layer's attention input (no dropout mask is kept).
 // See Note [What a layer keeps for backward].
-int64_t lora_saved(int64_t adapters, int64_t in, int64_t tokens, const MemoryShape& shape, bool input_kept = false) {
+int64_t lora_saved(int64_t adapters,
+                   int64_t in,
+                   int64_t tokens,
+                   const MemoryShape& shape,
+                   bool input_kept = false,
+                   bool input_needs_grad = true) {
   if (adapters == 0) return 0;
   const int64_t r = shape.lora.r;
   int64_t inputs = 0;
   if (shape.lora.dropout > 0) {
-    const int64_t mask = shape.device == c10::DeviceType::CUDA ? 1 : 4;
+    const int64_t mask = !input_needs_grad ? 0 : shape.device == c10::DeviceType::CUDA ? 1 : 4;
     inputs = adapters * tokens * in * (4 + mask);
   } else if (shape.dtype == at::kFloat) {
     inputs = input_kept ? 0 : tokens * in * 4;
@@ -240,7 +248,7 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   int64_t saved = (layer == 0 ? norms - 1 : norms) * N * (H * 4 + 4);  // the RMSNorms
   if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + kv_heads) * 4;
   if (c.arch == model::Architecture::gemma4) saved += N * kvd * 4 + N * kv_heads * 4;  // v norm
-  saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape);
+  saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape, false, /*input_needs_grad=*/layer != 0);
   saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
   if (dense_mlp) {
     saved += lora_saved(adapted[4] + adapted[5], H, N, shape);

@@ -285,9 +285,11 @@ TEST(MemoryEstimate, LoraDropoutAddsNothingToTheExpertAdapters) {
   shape.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
   const auto saved = [&](double dropout) {
     shape.lora.dropout = dropout;
-    return estimate_memory(c, shape).layers[0].saved_full;
+    return estimate_memory(c, shape).layers[1].saved_full;
   };
   EXPECT_EQ(saved(0.1), saved(0.0));
+  // q_proj's dropout keeps its mask from the second layer on (the first layer's input needs no
+  // gradient, so in bfloat16 its dropped copy replaces the cast copy and nothing is added).
   shape.lora.target_modules = {"q_proj"};
   EXPECT_GT(saved(0.1), saved(0.0));
 }
@@ -311,8 +313,9 @@ TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
     shape.expert_workspace_bytes = int64_t{64} << 20;
     return wide - estimate_memory(c, shape).layers[0].backward_transient;
   };
-  EXPECT_EQ(cap_delta(), std::max(33 * gate_up + absmax(gate_up), 67 * down + absmax(down)) -
-                            std::max(8 * gate_up + absmax(gate_up), 16 * down + absmax(down)));
+  EXPECT_EQ(cap_delta(),
+            std::max(33 * gate_up + absmax(gate_up), 67 * down + absmax(down)) -
+                std::max(8 * gate_up + absmax(gate_up), 16 * down + absmax(down)));
   shape.device = c10::DeviceType::CPU;
   EXPECT_EQ(cap_delta(), 0);
   // INT8 experts with the default int8_compute (dequantize) are grouped, with two float32
@@ -321,8 +324,9 @@ TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
   shape.device = c10::DeviceType::CUDA;
   shape.quant.kind = QuantSpec::Kind::int8;
   shape.quant.double_quant = false;
-  EXPECT_EQ(cap_delta(), std::max(33 * gate_up + 4 * gate_up, 67 * down + 4 * down) -
-                            std::max(8 * gate_up + 4 * gate_up, 16 * down + 4 * down));
+  EXPECT_EQ(cap_delta(),
+            std::max(33 * gate_up + 4 * gate_up, 67 * down + 4 * down) -
+                std::max(8 * gate_up + 4 * gate_up, 16 * down + 4 * down));
   shape.quant.int8_compute = ops::Int8Compute::llm_int8;
   EXPECT_EQ(cap_delta(), 0);
 }
@@ -463,10 +467,10 @@ TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
 }
 
 // Qwen3-MoE and Mixtral: 8 experts of width 88, top-2, on every layer, with LoRA dropout too
-// (Mixtral keeps its routing weights in float32). Without LoRA dropout and with checkpointing
-// the estimate is within 1%; with dropout and without checkpointing it runs 5.2% to 6.5% high (a
-// term not found yet), so the bound above is 8%: an over-estimate only makes the plan offload
-// sooner; below the measurement it may still miss by 5% at most.
+// (Mixtral keeps its routing weights in float32). Without checkpointing the estimate is within
+// 1% (2026-11-27: 0.12% to 0.36%), LoRA dropout included since the first layer's q, k and v no
+// longer count a dropout mask (their input needs no gradient; counting it ran 4.5% to 6.5% high);
+// the bound above is 2%.
 TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnTheCpu) {
   for (const auto arch : {model::Architecture::qwen3_moe, model::Architecture::mixtral}) {
     SCOPED_TRACE(model::architecture_name(arch));
@@ -474,7 +478,7 @@ TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnThe
     ASSERT_TRUE(config.moe.has_value());
     config.moe->sparse.assign(config.num_layers, true);
     config.moe->expert_intermediate_size = 88;
-    check_activations(config, 0.08);
+    check_activations(config, 0.02);
   }
 }
 
