@@ -34,10 +34,12 @@ namespace qtrain::engine::dist {
 // live outside the tensors) by a broadcast. Both are started as the layer loads and run while the
 // ranks go on loading their own next layers, so loading takes about 1/N of the time; bind_model
 // waits for them, checks the description against the rank's own placeholders and fills in the
-// offsets. A rank holds its shards, at most one whole layer being loaded and the blobs of the
-// last layers it read until they are sent. Layers that are also offloaded keep their shards in
-// (pinned) host memory and gather from there. Outside acquire/release a layer's base tensors are meta tensors of the
-// right shapes: a stray use fails on the device check instead of reading another layer's slot.
+// offsets. A rank holds its shards, the layer it is loading and the blob of the last layer it
+// read until that is sent (before it packs layer i it waits for layer i - world_size's transfers,
+// which also keeps every rank within world_size layers of the others). Layers that are also
+// offloaded keep their shards in (pinned) host memory and gather from there. Outside
+// acquire/release a layer's base tensors are meta tensors of the right shapes: a stray use fails
+// on the device check instead of reading another layer's slot.
 //
 // The gather is a collective: every rank must acquire the same layers in the same order. The
 // scheduler acquires each layer in forward and each checkpointed one in backward, identically on
