@@ -101,7 +101,7 @@ class ShardedWeights final : public schedule::WeightResidency {
   // A layer's shard and description on their way from its reader.
   struct Incoming {
     int64_t layer = -1;
-    at::Tensor description;  // int64 [2 + nested offsets]: see describe()
+    at::Tensor description;  // int64: blob bytes, layout signature, each nested offset's bits
     int64_t expected_bytes = 0, expected_signature = 0;
     Comm::Pending description_sent, shard_sent;
     bool landed = false;

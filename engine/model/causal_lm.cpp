@@ -39,6 +39,17 @@ std::vector<at::Tensor> without_values(const std::vector<at::Tensor>& tensors) {
   return meta;
 }
 
+// A per-expert checkpoint's keys for expert `e` of the block at `block` (Note [Expert tensor
+// names]): Mixtral's w1/w3/w2 or Qwen3-MoE's gate_proj/up_proj/down_proj.
+struct ExpertKeys {
+  std::string gate, up, down;
+};
+ExpertKeys expert_keys(const std::string& block, int64_t e, bool mixtral_names) {
+  const auto ex = block + "experts." + std::to_string(e) + ".";
+  return mixtral_names ? ExpertKeys{ex + "w1.weight", ex + "w3.weight", ex + "w2.weight"}
+                       : ExpertKeys{ex + "gate_proj.weight", ex + "up_proj.weight", ex + "down_proj.weight"};
+}
+
 // Reads tensors by their in-memory names; `stored` maps such a name to the checkpoint's.
 struct Loader {
   const io::HfFolder& folder;
@@ -85,15 +96,10 @@ struct Loader {
   LinearLayer linear(const std::string& module, bool has_bias) const {
     const auto weight_name = stored(module + ".weight");
     const auto bias = has_bias ? std::optional<at::Tensor>(plain(module + ".bias")) : optional_plain(module + ".bias");
-    if (io::is_bnb_4bit(folder, weight_name) || io::is_bnb_int8(folder, weight_name)) {
-      // Read as views of the mapped file: only the small quantization state is touched here.
-      auto weight = io::is_bnb_4bit(folder, weight_name) ? BaseWeight(io::read_bnb_4bit(folder, weight_name))
-                                                         : BaseWeight(io::read_bnb_int8(folder, weight_name));
-      auto l = LinearLayer::from_weight(module, std::move(weight), bias, options.quant);
-      l.rebind_base_tensors(placeholders ? without_values(l.base_tensors()) : on_device(l.base_tensors()));
-      return l;
-    }
+    if (io::is_bnb_4bit(folder, weight_name)) return prequantized(module, io::read_bnb_4bit(folder, weight_name), bias);
+    if (io::is_bnb_int8(folder, weight_name)) return prequantized(module, io::read_bnb_int8(folder, weight_name), bias);
     if (placeholders) {
+      check_present(module + ".weight");
       const auto shape = folder.shape(weight_name);
       TORCH_CHECK(shape.size() == 2,
                   folder.dir().string(),
@@ -107,10 +113,16 @@ struct Loader {
     return LinearLayer::make(module, tensor(module + ".weight").to(options.device), bias, options.quant, options.dtype);
   }
 
-  std::vector<at::Tensor> on_device(const std::vector<at::Tensor>& tensors) const {
-    std::vector<at::Tensor> moved;
-    for (const auto& t : tensors) moved.push_back(t.to(options.device));
-    return moved;
+  // A bitsandbytes weight as read (views of the mapped file: only its small quantization state has
+  // been read), on the device, or as placeholders of its tensors.
+  template <class Weight>
+  LinearLayer prequantized(const std::string& module,
+                           const Weight& weight,
+                           const std::optional<at::Tensor>& bias) const {
+    if (!placeholders) return LinearLayer::from_weight(module, weight.to(options.device), bias, options.quant);
+    auto l = LinearLayer::from_weight(module, weight, bias, options.quant);
+    l.rebind_base_tensors(without_values(l.base_tensors()));
+    return l;
   }
 
   // A checkpoint tensor that must have `shape`; the error names the key.
@@ -194,17 +206,14 @@ struct Loader {
       down_all = shaped(block + "experts.down_proj", {e_count, h, i});
     }
     for (int64_t e = 0; e < e_count; ++e) {
-      const auto ex = block + "experts." + std::to_string(e) + ".";
       at::Tensor gate_up, down;
       if (fused) {
         gate_up = gate_up_all[e];
         down = down_all[e];
-      } else if (mixtral_names) {
-        gate_up = at::cat({shaped(ex + "w1.weight", {i, h}), shaped(ex + "w3.weight", {i, h})});
-        down = shaped(ex + "w2.weight", {h, i});
       } else {
-        gate_up = at::cat({shaped(ex + "gate_proj.weight", {i, h}), shaped(ex + "up_proj.weight", {i, h})});
-        down = shaped(ex + "down_proj.weight", {h, i});
+        const auto k = expert_keys(block, e, mixtral_names);
+        gate_up = at::cat({shaped(k.gate, {i, h}), shaped(k.up, {i, h})});
+        down = shaped(k.down, {h, i});
       }
       const auto name = b.experts.name + "." + std::to_string(e);
       b.experts.gate_up.push_back(LinearLayer::make(
@@ -232,17 +241,14 @@ struct Loader {
       down_dtype = folder.dtype(stored(block + "experts.down_proj"));
     }
     for (int64_t e = 0; e < e_count; ++e) {
-      const auto ex = block + "experts." + std::to_string(e) + ".";
       if (!fused) {
-        const auto gate = ex + (mixtral_names ? "w1" : "gate_proj") + ".weight";
-        const auto up = ex + (mixtral_names ? "w3" : "up_proj") + ".weight";
-        const auto down = ex + (mixtral_names ? "w2" : "down_proj") + ".weight";
-        check_shape(gate, {i, h});
-        check_shape(up, {i, h});
-        check_shape(down, {h, i});
+        const auto k = expert_keys(block, e, mixtral_names);
+        check_shape(k.gate, {i, h});
+        check_shape(k.up, {i, h});
+        check_shape(k.down, {h, i});
         // at::cat of the two halves gives their promoted dtype.
-        gate_up_dtype = at::promoteTypes(folder.dtype(stored(gate)), folder.dtype(stored(up)));
-        down_dtype = folder.dtype(stored(down));
+        gate_up_dtype = at::promoteTypes(folder.dtype(stored(k.gate)), folder.dtype(stored(k.up)));
+        down_dtype = folder.dtype(stored(k.down));
       }
       const auto name = experts.name + "." + std::to_string(e);
       experts.gate_up.push_back(LinearLayer::placeholder(

@@ -6,6 +6,13 @@
 #include "ops/linear_4bit.h"
 
 namespace qtrain::engine::model {
+namespace {
+
+ops::QuantType four_bit_type(const QuantSpec& quant) {
+  return quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4;
+}
+
+}  // namespace
 
 LinearLayer LinearLayer::make(std::string name,
                               const at::Tensor& weight,
@@ -20,10 +27,7 @@ LinearLayer LinearLayer::make(std::string name,
       break;
     case QuantSpec::Kind::nf4:
     case QuantSpec::Kind::fp4:
-      stored = ops::quantize_4bit(weight.contiguous(),
-                                  quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4,
-                                  quant.blocksize,
-                                  quant.double_quant);
+      stored = ops::quantize_4bit(weight.contiguous(), four_bit_type(quant), quant.blocksize, quant.double_quant);
       break;
     case QuantSpec::Kind::int8:
       stored = ops::Int8Weight::from_float(weight.contiguous());
@@ -46,11 +50,8 @@ LinearLayer LinearLayer::placeholder(std::string name,
       break;
     case QuantSpec::Kind::nf4:
     case QuantSpec::Kind::fp4:
-      stored = ops::placeholder_4bit({out_features, in_features},
-                                     source_dtype,
-                                     quant.kind == QuantSpec::Kind::nf4 ? ops::QuantType::nf4 : ops::QuantType::fp4,
-                                     quant.blocksize,
-                                     quant.double_quant);
+      stored = ops::placeholder_4bit(
+          {out_features, in_features}, source_dtype, four_bit_type(quant), quant.blocksize, quant.double_quant);
       break;
     case QuantSpec::Kind::int8:
       stored = ops::Int8Weight::placeholder(out_features, in_features);
