@@ -60,9 +60,9 @@ void check_blocksize_4bit(int64_t blocksize);
 Packed4bit quantize_4bit(const at::Tensor& x, QuantType type, int64_t blocksize = 64, bool double_quant = false);
 
 // What quantize_4bit(x of `shape` and `dtype`, ...) returns, without the values: every tensor a
-// meta tensor of the size and dtype quantize_4bit gives it, and a nested offset of 0. For a
-// layer whose bytes another rank reads and sends (Note [Sharded base]); the values, and the
-// nested offset, are filled in when they arrive.
+// meta tensor of the size and dtype quantize_4bit gives it, and a nested offset of 0: the shape
+// of a quantized tensor whose bytes and nested offset come from elsewhere later (another
+// process that quantized it).
 Packed4bit placeholder_4bit(
     at::IntArrayRef shape, at::ScalarType dtype, QuantType type, int64_t blocksize = 64, bool double_quant = false);
 
