@@ -25,16 +25,18 @@ namespace {
 // Gemma 4's full layers differ), r the LoRA rank.
 // Per layer that is not checkpointed:
 // - each RMSNorm: its input in float32 (pow and mul save it) and the rsqrt per row: N (4H + 4);
-//   Qwen3's and Gemma 3's q/k norms the same over q and k, Gemma 4's weightless v norm over v.
-//   Gemma has four per layer (the (1 + w)
-//   multiply saves nothing more: w is frozen). The first layer's input norm saves nothing: the
-//   embedding output needs no gradient (the embeddings are frozen);
+//   Gemma 4's form, pow(mean + eps, -0.5), keeps the mean per row too: N (4H + 8). Qwen3's and
+//   Gemma 3's q/k norms the same over q and k, Gemma 4's weightless v norm over v (on a k_eq_v
+//   layer in float32 that input is k's output, which k's norm keeps already). Gemma has four
+//   per layer (the (1 + w) multiply saves nothing more: w is frozen). The first layer's input
+//   norm saves nothing: the embedding output needs no gradient (the embeddings are frozen);
 // - a base linear (dense, 4-bit or int8) saves no activation: its weight does not require grad
 //   (see Note [Quantized linear autograd] in ops/linear_4bit.cpp);
 // - a LoRA adapter saves its input cast to float32 (the A matmul needs it for A's gradient) and
 //   A's output [N, r] in float32 (for B's gradient). The cast is a copy per adapter in bf16/fp16;
 //   in float32 it is the input itself, which q, k and v (and gate and up) share, and o's input is
-//   a view of the attention output a fused kernel keeps anyway. With dropout it saves the
+//   a view of the attention output a fused kernel keeps anyway (Gemma 2's soft-capped attention
+//   keeps no output: there o's input counts). With dropout it saves the
 //   dropped-out copy (float32) and the mask per adapter instead: 1 byte per element from CUDA's
 //   fused dropout, 4 from the CPU's (at::dropout multiplies by a float32 noise tensor there). The
 //   mask is kept only for an input that needs a gradient: not for q, k and v of the first layer,
@@ -60,15 +62,17 @@ namespace {
 // largest dequantized weight. These transients are an estimate, not a measurement.
 // A sparse (MoE) layer's experts are counted as a dense MLP K experts wide (each token passes
 // through K experts of width I: the SwiGLU and the LoRA inputs of gate_up and down per routed
-// row), plus the experts' outputs [N K, H] (s) that the weighting keeps and the router's float32
-// input [N, H], probabilities [N, E] and top-k weights (the gathered rows are not kept: the
-// index select keeps only its indices). Gemma 4's layers count their experts
-// beside the dense MLP as measured on the CPU: the SwiGLU-like GeGLU per routed row, the experts'
-// outputs [N K, H] (s) that the weighting keeps, four more RMSNorms (three around the two
-// branches and the router's weightless one), the router's scaled input [N, H] (s) and its
-// float32 probabilities and top-k weights. Which experts a batch touches and how
-// unevenly is not known from the config, so this is an estimate of the balanced case; the weight
-// bytes are exact.
+// row), plus what routing and combining keep: the experts' outputs [N K, H] (s) that the
+// weighting keeps, the float32 probabilities [N, E], four int64 [N K] indices (top-k's, the
+// gather of the rows, the sort's permutation and its inverse: an index select keeps its
+// indices, not the rows), the top-k weights selected per row ([N K], float32 where the routing
+// weights are) and, where they are renormalised, the divide's weights [N K] and sums [N] in
+// float32. The router's linear keeps no input: its weight is frozen. Gemma 4's layers count
+// their experts beside the dense MLP, plus the selected per_expert_scale [N K] (float32) and
+// four more RMSNorms (the router's weightless one and pre_feedforward_layernorm_2 over the same
+// input, post_feedforward_layernorm_1 and _2 over the two branches). Which experts a batch
+// touches and how unevenly does not change these: every routed row is one row of the grouped
+// tensors. The weight bytes are exact.
 // Outside the layers the step keeps the final norm's float32 input, the loss's normed input
 // (N H s), the shifted labels, the rope tables (cos and sin, [B, 1, T, head_dim] in s) and the
 // batch (4 int64 [B, T] tensors on the device). Gemma 3 and 4 have a second pair of rope tables
@@ -210,6 +214,12 @@ int64_t lora_saved(int64_t adapters,
   return inputs + adapters * tokens * r * 4;
 }
 
+// What an RMSNorm keeps per row besides its float32 input: the rsqrt, and for Gemma 4's form
+// (pow(mean + eps, -0.5)) the mean too.
+int64_t norm_row_bytes(const model::ModelConfig& c) {
+  return c.arch == model::Architecture::gemma4 ? 8 : 4;
+}
+
 offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& shape, int64_t layer) {
   const int64_t B = shape.micro_batch_size, T = shape.sequence_len, N = B * T;
   const int64_t s = static_cast<int64_t>(c10::elementSize(shape.dtype));
@@ -244,12 +254,18 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
 
   offload::LayerCost cost;
   cost.saved_checkpointed = N * H * s;
-  const int64_t norms = c.gemma ? 4 : 2;
-  int64_t saved = (layer == 0 ? norms - 1 : norms) * N * (H * 4 + 4);  // the RMSNorms
-  if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + kv_heads) * 4;
-  if (c.arch == model::Architecture::gemma4) saved += N * kvd * 4 + N * kv_heads * 4;  // v norm
+  const int64_t norms = c.gemma ? 4 : 2, row = norm_row_bytes(c);
+  int64_t saved = (layer == 0 ? norms - 1 : norms) * N * (H * 4 + row);  // the RMSNorms
+  if (c.qk_norm) saved += N * (qd + kvd) * 4 + N * (c.num_heads + kv_heads) * row;
+  if (c.arch == model::Architecture::gemma4) {
+    // The v norm; on a k_eq_v layer in float32 its input is k's output, which k's norm keeps.
+    const bool input_kept = attention.k_eq_v && c.qk_norm && s == 4;
+    saved += (input_kept ? 0 : N * kvd * 4) + N * kv_heads * row;
+  }
   saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape, false, /*input_needs_grad=*/layer != 0);
-  saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/true);
+  // o's input is a view of a fused attention kernel's output, which the kernel keeps; the
+  // soft-capped attention keeps no output.
+  saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/!c.attn_logit_softcap);
   if (dense_mlp) {
     saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
     saved += lora_saved(adapted[6], c.intermediate_size, N, shape);
@@ -263,19 +279,22 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     experts_shape.lora.dropout = 0;
     saved += lora_saved(gate_up_adapted, H, routed, experts_shape);
     saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, experts_shape);
+    // Routing and combining (Note [What a layer keeps for backward]): the float32 probabilities
+    // [N, E]; four int64 [N K] indices (top-k's, the rows' gather, the sort permutation and its
+    // inverse); the top-k weights as selected per row; and the renormalisation's divide, which
+    // keeps the weights and their sum per token.
+    const bool normalize = c.moe->norm_topk_prob || c.moe->dense_mlp_too;
+    const int64_t weight_bytes = c.moe->fp32_routing_weights || c.moe->dense_mlp_too ? 4 : s;
+    saved += routed * H * s;  // the experts' outputs, which the weighting keeps
+    saved += N * c.moe->num_experts * 4 + 4 * routed * 8 + routed * weight_bytes;
+    if (normalize) saved += routed * 4 + N * 4;
     if (c.moe->dense_mlp_too) {
-      // Gemma 4 (measured, MemoryEstimateActivationsMoe): the experts' outputs [N K, H] that the
-      // weighting keeps; four more norms (in float32 two of them read the tensor
-      // pre_feedforward_layernorm saves already and add only their rsqrt); the router's scaled
-      // input, probabilities and top-k weights.
-      saved += routed * H * s;
-      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 4;
-      saved += N * H * s + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
-    } else {
-      // The experts' outputs that the weighting keeps (the gathered rows are not kept: the index
-      // select saves its indices), and the router's: its float32 input, probabilities and top-k
-      // weights (measured, MemoryEstimateActivationsMoe).
-      saved += routed * H * s + N * H * 4 + N * c.moe->num_experts * 4 + 2 * N * c.moe->top_k * 4;
+      // Gemma 4: the selected per_expert_scale [N K] (float32), and four more RMSNorms (the
+      // router's weightless one and pre_feedforward_layernorm_2 over h1, post_feedforward_layernorm_1
+      // and _2 over the two branches), each keeping its rsqrt and mean per row; h1's float32 copy
+      // for the first two only outside float32, where pre_feedforward_layernorm keeps h1 itself.
+      saved += routed * 4;
+      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 8;
     }
   }
   int64_t attention_transient = 0;
@@ -396,7 +415,8 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   }
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
-  in.saved_outside_layers = N * (H * 4 + 4) + N * H * s + N * 8 + 2 * rope_rows * T * rope_dims * s + 4 * N * 8;
+  in.saved_outside_layers =
+      N * (H * 4 + norm_row_bytes(c)) + N * H * s + N * 8 + 2 * rope_rows * T * rope_dims * s + 4 * N * 8;
   // One chunk of logits (Note [Loss chunk size]) and the gradient of the loss's input [N, H].
   const bool softcap = c.final_logit_softcap.has_value();
   const int64_t chunk = std::min(ops::cross_entropy_chunk_tokens(V, shape.dtype, softcap), N);
