@@ -39,7 +39,7 @@ at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext
     const auto valid = lab != kIgnoreIndex;
     const auto logits = chunk_logits(h.narrow(0, s, n), weight, softcap).first.to(at::kFloat);  // [n, V]
     const auto target = logits.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1);
-    total += ((at::logsumexp(logits, 1) - target) * valid).sum();
+    total += ((at::logsumexp(logits, 1) - target) * valid).sum();  // logsumexp: one [n, V] temporary
   }
   return total;
 }
@@ -62,13 +62,23 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
     const auto lab = labels.narrow(0, s, n);
     const auto valid = (lab != kIgnoreIndex).unsqueeze(1);
     const auto hc = h.narrow(0, s, n);
-    // d(sum loss)/d logits = softmax - onehot(target), zero for ignored tokens.
-    const auto [logits, tanh] = chunk_logits(hc, weight, softcap);
-    auto dlogits = at::softmax(logits.to(at::kFloat), 1);
+    // d(sum loss)/d logits = softmax - onehot(target), zero for ignored tokens. Each [n, V]
+    // tensor is dropped as soon as it is used and the rest is done in place (Note [Loss chunk
+    // size]); the values are those of the out-of-place expressions.
+    auto [capped, tanh] = chunk_logits(hc, weight, softcap);
+    auto logits = capped.to(at::kFloat);
+    capped = at::Tensor();
+    auto dlogits = at::softmax(logits, 1);
+    logits = at::Tensor();
     dlogits.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), at::full({n, 1}, -1.0f, dlogits.options()));
-    dlogits = dlogits * valid * g;
-    // Through the cap: d(cap * tanh(z / cap))/dz = 1 - tanh^2.
-    if (tanh.defined()) dlogits = dlogits * (1 - tanh.to(at::kFloat).square());
+    dlogits.mul_(valid).mul_(g);
+    if (tanh.defined()) {
+      // Through the cap: d(cap * tanh(z / cap))/dz = 1 - tanh^2 (in float32 `to` returns tanh
+      // itself, which nothing reads after this).
+      auto slope = tanh.to(at::kFloat);
+      tanh = at::Tensor();
+      dlogits.mul_(slope.square_().neg_().add_(1));
+    }
     dlogits = dlogits.to(h.scalar_type());
     if (need_h) grad_h.narrow(0, s, n).copy_(at::matmul(dlogits, weight));
     if (need_w) grad_w.add_(at::matmul(dlogits.t(), hc).to(at::kFloat));
@@ -78,7 +88,7 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
 
 int64_t cross_entropy_bytes_per_logit(at::ScalarType dtype, bool softcap) {
   const auto s = static_cast<int64_t>(c10::elementSize(dtype));
-  return 12 + (s == 4 ? 0 : s) + (softcap ? 2 * s : 0);
+  return 8 + (softcap ? s : 0);
 }
 
 int64_t cross_entropy_chunk_tokens(int64_t vocab, at::ScalarType dtype, bool softcap) {

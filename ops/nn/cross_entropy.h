@@ -15,14 +15,18 @@ namespace qtrain::ops {
 inline constexpr int64_t kIgnoreIndex = -100;
 
 // Note [Loss chunk size]
-// A chunk's working set is its logits several times over: in the compute dtype and in float32,
-// up to three float32 temporaries (log-sum-exp in forward; softmax, mask and scale in backward),
-// and with a soft-cap the raw logits and their tanh in the compute dtype. A chunk takes at most
-// kCrossEntropyChunkTokens tokens and at most as many as keep that working set within
-// kCrossEntropyChunkBytes: 224 tokens for Gemma's 262,144-token vocabulary (0.98 GiB in bfloat16
-// with the cap, where 1,024 tokens took 4.5 GiB of a 24 GiB card), 592 for Llama 3's 128,256,
-// 1,024 for 32,000. The output head's product stays large ([224, H] x [H, 262144]), so the
-// smaller chunks cost kernel launches, not efficiency.
+// A chunk's working set is two float32 copies of its logits at once: forward holds the logits
+// and log-sum-exp's temporary (exp(logits - max)); backward drops the logits in the compute
+// dtype once they are in float32, and the float32 logits once their softmax exists, and scales
+// the softmax in place. 8 bytes a logit, plus with a soft-cap the tanh the slope is taken from,
+// in the compute dtype (the raw, divided and capped logits in forward are three of those too).
+// These are the allocations themselves, measured (CrossEntropy.AChunkHoldsTheBytesItIsSizedBy).
+// A chunk takes at most kCrossEntropyChunkTokens tokens and at most as many as keep that working
+// set within kCrossEntropyChunkBytes: 408 tokens for Gemma's 262,144-token vocabulary in
+// bfloat16 with the cap (0.996 GiB, where 1,024 tokens took 4.5 GiB of a 24 GiB card before the
+// chunk was sized in bytes), 1,024 for Llama 3's 128,256 (0.98 GiB). The output head's product
+// stays large ([408, H] x [H, 262144]), so the smaller chunks cost kernel launches, not
+// efficiency.
 inline constexpr int64_t kCrossEntropyChunkTokens = 1024;
 inline constexpr int64_t kCrossEntropyChunkBytes = int64_t{1} << 30;
 

@@ -794,7 +794,7 @@ TEST_F(Commands, PlanFitsGemma4MoeOn24GiBInNf4AndInInt8WithOffload) {
   const std::string plan = qtrain() + " plan " + (dir_ / "gemma4.yaml").string() + " --gpu-memory 24GiB";
   const auto nf4 = run(plan, true);
   ASSERT_EQ(nf4.status, 0) << nf4.out;
-  // With the loss chunk sized in bytes (224 tokens of the 262,144-token vocabulary, Note [Loss
+  // With the loss chunk sized in bytes (408 tokens of the 262,144-token vocabulary, Note [Loss
   // chunk size]) the NF4 base fits without offloading a layer.
   for (const char* part : {"gemma4_text, 30 layers", "LoRA weights, gradients, AdamW moments       7.37 GiB", "fits",
                            "plan: every layer resident, nothing offloaded"}) {
