@@ -68,6 +68,7 @@ def main():
     rows, _ = qtrain_bench.run_qtrain(qtrain, os.path.join(work, "qtrain"), model, data, a.seq, a.steps, a.device)
     q_tps = qtrain_bench.steady([r["tokens_per_second"] for r in rows], 3)
     q_peak = max(r["peak_memory_bytes"] for r in rows)
+    q_planned = max(r.get("planned_peak_bytes", -1) for r in rows)
 
     print("[bench] transformers + peft + bitsandbytes ...", flush=True)
     res = subprocess.run([sys.executable, "-c", HF_TRAIN, model, data, str(a.seq), str(a.steps), a.device],
@@ -86,6 +87,9 @@ def main():
     print(f"| transformers+peft+bitsandbytes | {r_tps:.0f} | {r_peak / gib:.2f} |")
     print(f"\ntokens/s ratio qtrain / reference: {q_tps / r_tps:.2f} (target >= 1.5); "
           f"peak ratio: {q_peak / r_peak if r_peak > 0 else float('nan'):.2f} (target <= 1.0)")
+    if q_planned > 0 and q_peak > 0:
+        print(f"qtrain's memory plan counted {q_planned / gib:.2f} GiB for its peak: {q_planned / q_peak:.2f}x the "
+              "measured (at least 1 is the plan's promise)")
 
 
 if __name__ == "__main__":

@@ -81,17 +81,19 @@ def main():
                                                runs[run])
         tps = qtrain_bench.steady([m["tokens_per_second"] for m in metrics], 3)
         peak = max(m["peak_memory_bytes"] for m in metrics)
+        planned = max(m.get("planned_peak_bytes", -1) for m in metrics)
         offload = qtrain_bench.steady([m["offload_bytes_per_step"] for m in metrics], 3)
         bw = re.search(r"pinned host-to-device copies at ([0-9.]+) GB/s", out)
-        results[run] = (tps, peak, offload, float(bw.group(1)) * 1e9 if bw else None)
+        results[run] = (tps, peak, offload, float(bw.group(1)) * 1e9 if bw else None, planned)
         print(f"[bench] {run}: {tps:.0f} tok/s, peak {peak / 2**30:.2f} GiB, "
               f"offload {offload / 2**30:.2f} GiB/step", flush=True)
     print(f"\n{a.preset}, {layers} of {FULL_LAYERS} layers, sequence {a.seq} packed, {a.device}, "
           f"cap {a.gpu_memory if cuda else 'none'}, {a.steps} steps (median after 3)\n")
-    print("| run | tokens/s | tokens/s for 30 layers (est.) | peak | offloaded per step |")
-    print("|---|---:|---:|---:|---:|")
-    for run, (tps, peak, offload, _) in results.items():
-        print(f"| {run} | {tps:.0f} | {tps * layers / FULL_LAYERS:.0f} | {peak / 2**30:.2f} GiB | "
+    print("| run | tokens/s | tokens/s for 30 layers (est.) | peak | planned peak | offloaded per step |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for run, (tps, peak, offload, _, planned) in results.items():
+        plan = f"{planned / 2**30:.2f} GiB ({planned / peak:.2f}x)" if planned > 0 and peak > 0 else "-"
+        print(f"| {run} | {tps:.0f} | {tps * layers / FULL_LAYERS:.0f} | {peak / 2**30:.2f} GiB | {plan} | "
               f"{offload / 2**30:.2f} GiB |")
     if "int8" in results and "int8-all" in results and results["int8"][3]:
         # A step trains one packed row: about --seq tokens.

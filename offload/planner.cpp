@@ -106,6 +106,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   rows.push_back({"cuBLAS workspaces", "", in.library_workspace});
   int64_t allocated = 0;
   for (const PlanRow& r : rows) allocated += r.bytes;
+  p.allocated_bytes = allocated;
   const auto fragmentation = static_cast<int64_t>(std::ceil(static_cast<double>(allocated) * kFragmentationReserve));
   rows.push_back({"allocator fragmentation reserve",
                   printf_string("%.0f%% of the above", kFragmentationReserve * 100),

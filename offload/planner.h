@@ -84,6 +84,9 @@ struct MemoryPlan {
   int64_t num_checkpointed = 0;  // the policy's layers and the offloaded ones
   std::vector<PlanRow> rows;     // GPU memory; they sum to total_bytes
   int64_t host_bytes = 0;        // pinned host memory holding the offloaded layers (their shards)
+  // The rows the CUDA allocator hands out, before its fragmentation reserve and the CUDA context:
+  // what its peak of allocated bytes (peak_memory_bytes) compares with.
+  int64_t allocated_bytes = 0;
   int64_t total_bytes = 0;
   int64_t budget_bytes = 0;
   bool fits = false;

@@ -114,6 +114,7 @@ TEST(Planner, TotalIsTheSumOfItsParts) {
   const int64_t allocated = resident + slots + 1 * kGiB + 50 * kMiB + saved + transient + 64 * kMiB;
   const auto reserve = static_cast<int64_t>(std::ceil(allocated * kFragmentationReserve));
   EXPECT_EQ(p.total_bytes, allocated + reserve + kCudaContextBytes);
+  EXPECT_EQ(p.allocated_bytes, allocated);  // what the allocator's peak is compared with
   EXPECT_EQ(sum_rows(p), p.total_bytes);
   EXPECT_EQ(p.min_resident_gap, 0);  // layer 7 is the last
 }
@@ -243,7 +244,9 @@ TEST(Planner, AShardedBaseKeepsOnePaddedShardPerLayerAndGathersWholeLayers) {
     EXPECT_EQ(p.gather_bytes_per_step, 2 * received * in.micro_batches_per_step);
     EXPECT_EQ(sum_rows(p), p.total_bytes);
     // More ranks, less of the base on each; the unsharded plan keeps it all.
-    if (world > 1) EXPECT_LT(p.rows[0].bytes * world, whole.rows[0].bytes + 4 * unit);
+    if (world > 1) {
+      EXPECT_LT(p.rows[0].bytes * world, whole.rows[0].bytes + 4 * unit);
+    }
     const auto table = format_plan(p);
     EXPECT_NE(table.find("base sharded over " + std::to_string(world) + " ranks"), std::string::npos) << table;
     EXPECT_NE(table.find("all-gather traffic per step and rank"), std::string::npos) << table;

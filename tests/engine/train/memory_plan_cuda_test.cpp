@@ -1,0 +1,129 @@
+// The memory plan against a CUDA training run: every logged step's peak of allocated bytes
+// (peak_memory_bytes) is at most what the plan counted for it (planned_peak_bytes, the rows the
+// allocator hands out), for a dense model and MoE models, with and without checkpointing and with
+// offloaded layers. The ratio of each is printed, so that the GPU check's log records how close
+// the plan came. Skips itself where no CUDA device is present.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/config/run_config.h"
+#include "engine/model/init_model.h"
+#include "engine/train/trainer.h"
+#include "tests/temp_dir.h"
+
+namespace qtrain::engine::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string name;
+  model::Architecture arch;
+  std::string preset;
+  std::map<std::string, std::string> keys;  // over the common ones below
+};
+
+TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const auto dir = test::fresh_test_dir(true);
+  const int64_t seq = 512;
+  const std::string experts = "[experts.gate_up_proj, experts.down_proj]";
+  const std::vector<Case> cases = {
+      {"llama", model::Architecture::llama, "small", {{"gradient_checkpointing", "false"}}},
+      {"llama-checkpointed-offload",
+       model::Architecture::llama,
+       "small",
+       {{"gradient_checkpointing", "true"}, {"offload_layers", "4"}}},
+      {"llama-int8",
+       model::Architecture::llama,
+       "small",
+       {{"load_in_4bit", "false"}, {"load_in_8bit", "true"}, {"adapter", "lora"}}},
+      {"qwen3-moe",
+       model::Architecture::qwen3_moe,
+       "tiny-moe",
+       {{"gradient_checkpointing", "false"}, {"lora_target_parameters", experts}}},
+      {"gemma4-moe-packed",
+       model::Architecture::gemma4,
+       "tiny-moe",
+       {{"sample_packing", "true"}, {"lora_target_parameters", experts}}},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    const auto config = model::preset_config(k.arch, k.preset);
+    const auto model_dir = dir / ("model-" + k.name);
+    model::write_random_model(model_dir, config, 5, at::kBFloat16);
+    {
+      std::ofstream data(dir / "data.jsonl");
+      const auto ids = at::randint(config.vocab_size, {8, seq}, at::kLong);
+      for (int64_t i = 0; i < ids.size(0); ++i) {
+        const auto row = ids[i];
+        data << nlohmann::json{{"input_ids",
+                                std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + seq)}}
+                    .dump()
+             << "\n";
+      }
+    }
+    std::map<std::string, std::string> keys = {
+        {"base_model", model_dir.string()},
+        {"load_in_4bit", "true"},
+        {"bnb_4bit_use_double_quant", "true"},
+        {"adapter", "qlora"},
+        {"lora_r", "16"},
+        {"lora_alpha", "32"},
+        {"lora_target_linear", "true"},
+        {"datasets", "[{path: " + (dir / "data.jsonl").string() + ", type: pretokenized}]"},
+        {"sequence_len", std::to_string(seq)},
+        {"micro_batch_size", "2"},
+        {"max_steps", "3"},
+        {"logging_steps", "1"},
+        {"learning_rate", "0.0001"},
+        {"gradient_checkpointing", "true"},
+        {"bf16", "auto"},
+        {"device", "cuda"},
+        {"seed", "1"},
+        {"output_dir", (dir / ("out-" + k.name)).string()},
+    };
+    for (const auto& [key, value] : k.keys) keys[key] = value;
+    const auto yaml = dir / (k.name + ".yaml");
+    {
+      std::ofstream out(yaml);
+      for (const auto& [key, value] : keys) out << key << ": " << value << "\n";
+    }
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    const auto result = train(config::load_run_config(yaml, {}));
+    ASSERT_EQ(result.steps, 3);
+    std::ifstream metrics(dir / ("out-" + k.name) / "metrics.jsonl");
+    std::string line;
+    int rows = 0;
+    while (std::getline(metrics, line)) {
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;
+      ++rows;
+      ASSERT_TRUE(j.contains("planned_peak_bytes")) << line;
+      const auto peak = j.at("peak_memory_bytes").get<int64_t>();
+      const auto planned = j.at("planned_peak_bytes").get<int64_t>();
+      std::printf("[memory plan] %s step %d: peak %.1f MiB, planned %.1f MiB (%.2fx)\n",
+                  k.name.c_str(),
+                  rows,
+                  static_cast<double>(peak) / (1 << 20),
+                  static_cast<double>(planned) / (1 << 20),
+                  static_cast<double>(planned) / static_cast<double>(peak));
+      EXPECT_LE(peak, planned) << line;
+    }
+    EXPECT_EQ(rows, 3);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::train
