@@ -16,7 +16,9 @@ model::LayerInputs layer_inputs(const at::Tensor& cos,
                                 const at::Tensor& segments,
                                 const at::Tensor& token_weights,
                                 std::vector<model::RouterLoad>* loads) {
-  model::LayerInputs in{ops::RopeTables{cos, sin}, {}, segments.numel() > 0 ? segments : at::Tensor()};
+  model::LayerInputs in;
+  in.rope = ops::RopeTables{cos, sin};
+  if (segments.numel() > 0) in.segments = segments;
   if (token_weights.numel() > 0) {
     in.router_loads = loads;
     in.router_token_weights = token_weights;

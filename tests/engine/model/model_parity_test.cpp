@@ -42,6 +42,13 @@ QuantSpec spec(const std::string& quant, bool training) {
   return s;
 }
 
+// The model in float32 on the CPU with `quant`.
+model::LoadOptions float32_options(const QuantSpec& quant) {
+  model::LoadOptions options;
+  options.quant = quant;
+  return options;
+}
+
 double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
 }
@@ -76,7 +83,7 @@ TEST_P(ModelParity, LogitsAndLossMatchTransformers) {
   const auto dir = test::model_fixture(arch);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
   const auto folder = io::HfFolder::open(dir / "base");
-  auto lm = model::CausalLM::load(folder, {spec(quant, false), at::kFloat, at::kCPU, {}});
+  auto lm = model::CausalLM::load(folder, float32_options(spec(quant, false)));
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_eval();
   const auto ids = ref.tensor("ids");
@@ -95,7 +102,7 @@ TEST_P(ModelParity, AdapterLogitsLossAndLoraGradientsMatchPeft) {
   const auto& [arch, quant] = GetParam();
   const auto dir = test::model_fixture(arch);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
-  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {spec(quant, true), at::kFloat, at::kCPU, {}});
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), float32_options(spec(quant, true)));
   model::attach_lora(lm, io::load_peft_adapter(dir / "adapter"), (dir / "adapter").string());
   schedule::LayerScheduler scheduler(lm);
   const auto ids = ref.tensor("ids");

@@ -394,6 +394,45 @@ model::ModelConfig activations_config(model::Architecture arch) {
   return config;
 }
 
+// The test model in `dtype`: NF4 with double quantization, LoRA r=8 on every linear layer, and
+// on the experts too where there is no dropout (PEFT allows none on parameters).
+struct LoraModel {
+  model::CausalLM lm;
+  lora::LoraConfig lora;
+  model::LoadOptions options;
+};
+LoraModel nf4_lora_model(const io::HfFolder& folder,
+                         const model::ModelConfig& config,
+                         at::ScalarType dtype,
+                         double dropout) {
+  model::LoadOptions options;
+  options.quant.kind = QuantSpec::Kind::nf4;
+  options.quant.double_quant = true;
+  options.dtype = dtype;
+  LoraModel m{model::CausalLM::load(folder, options), {}, options};
+  m.lora.r = 8;
+  m.lora.dropout = dropout;
+  m.lora.target_all_linear = true;
+  if (config.moe && dropout == 0) m.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
+  model::attach_new_lora(m.lm, m.lora, 2);
+  return m;
+}
+
+// What estimate_memory is asked for a step of that model on the CPU.
+MemoryShape cpu_shape(const LoraModel& m, int64_t batch, int64_t seq, CheckpointPolicy policy) {
+  MemoryShape shape;
+  shape.quant = m.options.quant;
+  shape.lora = m.lora;
+  shape.dtype = m.options.dtype;
+  shape.device = c10::DeviceType::CPU;
+  shape.micro_batch_size = batch;
+  shape.sequence_len = seq;
+  shape.segment_mask = false;  // train_forward(plan, ids, labels) passes no segment ids
+  shape.per_row_positions = false;
+  shape.checkpoint = policy;
+  return shape;
+}
+
 void check_activations(const model::ModelConfig& config) {
   const auto dir = test::fresh_test_dir(true);
   model::write_random_model(dir, config, 4);
@@ -404,35 +443,13 @@ void check_activations(const model::ModelConfig& config) {
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     for (const double dropout : {0.0, 0.1}) {
       if (config.gemma && dropout > 0) continue;
-      QuantSpec quant;
-      quant.kind = QuantSpec::Kind::nf4;
-      quant.double_quant = true;
-      model::LoadOptions options;
-      options.quant = quant;
-      options.dtype = dtype;
-      auto lm = model::CausalLM::load(folder, options);
-      lora::LoraConfig lora;
-      lora.r = 8;
-      lora.dropout = dropout;
-      lora.target_all_linear = true;
-      // Expert LoRA too where the run has no dropout (PEFT allows none on parameters).
-      if (config.moe && dropout == 0) lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
-      model::attach_new_lora(lm, lora, 2);
+      auto m = nf4_lora_model(folder, config, dtype, dropout);
       for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
         for (const int64_t seq : {192, 384}) {
           SCOPED_TRACE(std::string(c10::toString(dtype)) + ", dropout " + std::to_string(dropout) + ", " +
                        (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed") + ", " +
                        std::to_string(seq) + " tokens a row");
-          MemoryShape shape;
-          shape.quant = quant;
-          shape.lora = lora;
-          shape.dtype = dtype;
-          shape.device = c10::DeviceType::CPU;
-          shape.micro_batch_size = batch;
-          shape.sequence_len = seq;
-          shape.segment_mask = false;  // train_forward(plan, ids, labels) passes no segment ids
-          shape.per_row_positions = false;
-          shape.checkpoint = policy;
+          const auto shape = cpu_shape(m, batch, seq, policy);
           const auto in = estimate_memory(config, shape);
           int64_t estimate = in.saved_outside_layers;
           for (const auto& l : in.layers) estimate += l.checkpointed ? l.saved_checkpointed : l.saved_full;
@@ -441,7 +458,7 @@ void check_activations(const model::ModelConfig& config) {
           const auto x = ids.narrow(1, 0, seq).contiguous();
           int64_t measured = 0;
           for (int run = 0; run < 2; ++run) {
-            LayerScheduler scheduler(lm);
+            LayerScheduler scheduler(m.lm);
             const auto plan = scheduler.prepare_training(policy);
             test::TensorPeakGuard tensors;
             const auto r = scheduler.train_forward(plan, x, x);
@@ -510,31 +527,11 @@ void check_step_peak(const model::ModelConfig& config) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
   const auto ids = at::randint(config.vocab_size, {batch, seq}, gen, at::kLong);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-    QuantSpec quant;
-    quant.kind = QuantSpec::Kind::nf4;
-    quant.double_quant = true;
-    model::LoadOptions options;
-    options.quant = quant;
-    options.dtype = dtype;
-    auto lm = model::CausalLM::load(folder, options);
-    lora::LoraConfig lora;
-    lora.r = 8;
-    lora.target_all_linear = true;
-    if (config.moe) lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
-    model::attach_new_lora(lm, lora, 2);
+    auto m = nf4_lora_model(folder, config, dtype, 0.0);
     for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
       SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " +
                    (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed"));
-      MemoryShape shape;
-      shape.quant = quant;
-      shape.lora = lora;
-      shape.dtype = dtype;
-      shape.device = c10::DeviceType::CPU;
-      shape.micro_batch_size = batch;
-      shape.sequence_len = seq;
-      shape.segment_mask = false;
-      shape.per_row_positions = false;
-      shape.checkpoint = policy;
+      const auto shape = cpu_shape(m, batch, seq, policy);
       const auto in = estimate_memory(config, shape);
       // As the planner adds them (offload/planner.cpp), less the batch, which exists before.
       int64_t saved = in.saved_outside_layers - 4 * batch * seq * 8, transient = in.loss_workspace;
@@ -543,13 +540,13 @@ void check_step_peak(const model::ModelConfig& config) {
         transient = std::max(transient, (l.checkpointed ? l.saved_full : 0) + l.backward_transient);
       }
       int64_t gradients = 0;
-      for (const auto& p : lm.trainable_parameters()) gradients += p.numel() * 4;
+      for (const auto& p : m.lm.trainable_parameters()) gradients += p.numel() * 4;
       const int64_t planned = saved + transient + gradients;
       int64_t measured = 0;
       for (int run = 0; run < 2; ++run) {
-        for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
+        for (auto& p : m.lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
         test::TensorPeakGuard tensors;
-        LayerScheduler scheduler(lm);
+        LayerScheduler scheduler(m.lm);
         const auto plan = scheduler.prepare_training(policy);
         scheduler.train_forward(plan, ids, ids).loss_sum.backward();
         measured = tensors->peak();
