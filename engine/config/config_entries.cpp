@@ -85,8 +85,10 @@ void EntrySet::add_bnb_kwargs(const Entry& entry) {
     entry.fail_value("expected a map, got " + shown(entry.value) +
                      "; write e.g. bnb_config_kwargs: {bnb_4bit_quant_type: nf4}");
   }
-  for (Entry inner : map_entries(entry.value, entry.origin, std::string(kBnbKwargs) + ".")) {
-    const std::string name = inner.key.substr(std::string(kBnbKwargs).size() + 1);
+  std::string prefix(kBnbKwargs);
+  prefix += '.';
+  for (Entry inner : map_entries(entry.value, entry.origin, prefix)) {
+    const std::string name = inner.key.substr(prefix.size());
     if (std::find(bnb_kwargs_keys().begin(), bnb_kwargs_keys().end(), name) != bnb_kwargs_keys().end()) {
       add(name, std::move(inner));
     } else if (name == "llm_int8_has_fp16_weight" && is_off(inner.value)) {
