@@ -5,7 +5,8 @@
 #      and puts the kit's bitsandbytes on PYTHONPATH;
 #   2. configures against python3's torch and builds qtrain and the GPU tests for this GPU's
 #      architecture only;
-#   3. runs `ctest -L gpu` (with CUDA_LAUNCH_BLOCKING=1, so a fault names its kernel);
+#   3. runs `ctest -L gpu` (with CUDA_LAUNCH_BLOCKING=1, so a fault names its kernel), and copies
+#      the memory plan's planned and measured peaks that MemoryPlanCuda prints into the summary;
 #   4. runs the GPU benchmarks (bench/gpu_train_step.py, bench/offload_sweep.py) on a model with
 #      Llama-3.2-1B's shapes, and compute-sanitizer over the kernel tests if time is left;
 # and writes one summary, $OUT/summary.md, with the logs beside it in $OUT/logs/. Every stage is
@@ -117,7 +118,8 @@ missing_libraries() {
 }
 
 gpu_tests() {
-  cd "$build" && CUDA_LAUNCH_BLOCKING=1 ctest -L gpu --output-on-failure --timeout 300
+  # Verbose: the log keeps what passing tests print too (MemoryPlanCuda's planned and measured peaks).
+  cd "$build" && CUDA_LAUNCH_BLOCKING=1 ctest -L gpu -V --timeout 300
 }
 
 sanitizer() {
@@ -152,8 +154,9 @@ stage unpack-kit 60 unpack_kit &&
   stage configure 120 configure &&
   stage build "${QTRAIN_GPU_CHECK_BUILD_SECONDS:-330}" cmake --build "$build" -j "$jobs" --target qtrain qtrain_gpu_tests &&
   stage libraries 10 missing_libraries &&
-  stage gpu-tests 120 gpu_tests
+  stage gpu-tests 150 gpu_tests
 tests_line=$(grep -h -E 'tests passed|No tests were found' "$out/logs/gpu-tests.log" 2>/dev/null | tail -1)
+plan_lines=$(grep -h -o '\[memory plan\].*' "$out/logs/gpu-tests.log" 2>/dev/null)
 
 bench_line=""
 if [ "$has_gpu" = 1 ] && [ -x "$build/apps/qtrain" ]; then
@@ -172,6 +175,11 @@ fi
 skipped=$(grep -c -- '\*\*\*Skipped' "$out/logs/gpu-tests.log" 2>/dev/null)
 note ""
 note "GPU tests: ${tests_line:-none ran}; ${skipped:-0} skipped"
+if [ -n "$plan_lines" ]; then
+  note ""
+  note "## The memory plan against the allocator's peak (MemoryPlanCuda)"
+  echo "$plan_lines" | tee -a "$summary" >/dev/null
+fi
 for log in gpu-train-step offload-sweep; do
   if [ -f "$out/logs/$log.log" ] && [[ ! " ${failures[*]} " =~ " $log " ]]; then
     note ""
