@@ -138,10 +138,10 @@ TEST_F(Commands, EvalRefusesAnAdapterOfAnotherWidthNamingTheFileAndTheFix) {
   const auto config = write_config(test::model_fixture("llama") / "base");
   const auto r = run(qtrain() + " eval " + config.string() + " --adapter " + adapter.string(), /*with_stderr=*/true);
   EXPECT_NE(r.status, 0) << r.out;
-  for (const std::string part : {(adapter / "adapter_model.safetensors").string(),
-                                 std::string("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [4, "
-                                             "32] but the base model's model.layers.0.self_attn.q_proj needs [4, 64]"),
-                                 std::string("use the base it was trained on, or an adapter trained on this one")}) {
+  for (const std::string& part : {(adapter / "adapter_model.safetensors").string(),
+                                  std::string("'base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight' is [4, "
+                                              "32] but the base model's model.layers.0.self_attn.q_proj needs [4, 64]"),
+                                  std::string("use the base it was trained on, or an adapter trained on this one")}) {
     EXPECT_NE(r.out.find(part), std::string::npos) << part << "\n" << r.out;
   }
   EXPECT_EQ(r.out.find("\"loss\""), std::string::npos) << r.out;
@@ -456,7 +456,8 @@ TEST_F(Commands, ACheckpointInAReadOnlyOutputFolderStopsTheRunAndKeepsTheOneBefo
                    " --set max_steps=" + std::to_string(steps) +
                    " --set sequence_len=64 --set micro_batch_size=1 --set save_steps=1 --set eval_steps=0"
                    " --set warmup_steps=0 --set lr_scheduler=constant --set use_tensorboard=false"
-                   " --set overwrite_output_dir=false --set resume_from_checkpoint=" + (resume ? "true" : "false"),
+                   " --set overwrite_output_dir=false --set resume_from_checkpoint=" +
+                   (resume ? "true" : "false"),
                /*with_stderr=*/true);
   };
   const auto out = dir_ / "out";
@@ -469,15 +470,16 @@ TEST_F(Commands, ACheckpointInAReadOnlyOutputFolderStopsTheRunAndKeepsTheOneBefo
   const auto before = checkpoints();
   ASSERT_FALSE(before.empty());
   const auto writable = fs::status(out).permissions();
-  fs::permissions(out, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                           fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(out,
+                  fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec);
   const auto refused = train(out, 4, true, restricted);
   fs::permissions(out, writable);
   EXPECT_NE(refused.status, 0) << refused.out;
-  for (const std::string& part :
-       {(out / "checkpoint-3").string() + " could not be written", std::string("Permission denied"),
-        "the newest earlier checkpoint, " + (out / "checkpoint-2").string() + ", is intact",
-        std::string("resume with resume_from_checkpoint: true")})
+  for (const std::string& part : {(out / "checkpoint-3").string() + " could not be written",
+                                  std::string("Permission denied"),
+                                  "the newest earlier checkpoint, " + (out / "checkpoint-2").string() + ", is intact",
+                                  std::string("resume with resume_from_checkpoint: true")})
     EXPECT_NE(refused.out.find(part), std::string::npos) << part << "\n" << refused.out;
   EXPECT_EQ(checkpoints(), before);
   EXPECT_FALSE(fs::exists(out / "checkpoint-3.tmp"));
@@ -796,7 +798,9 @@ TEST_F(Commands, PlanFitsGemma4MoeOn24GiBInNf4AndInInt8WithOffload) {
   ASSERT_EQ(nf4.status, 0) << nf4.out;
   // With the loss chunk sized in bytes (408 tokens of the 262,144-token vocabulary, Note [Loss
   // chunk size]) the NF4 base fits without offloading a layer.
-  for (const char* part : {"gemma4_text, 30 layers", "LoRA weights, gradients, AdamW moments       7.37 GiB", "fits",
+  for (const char* part : {"gemma4_text, 30 layers",
+                           "LoRA weights, gradients, AdamW moments       7.37 GiB",
+                           "fits",
                            "plan: every layer resident, nothing offloaded"}) {
     EXPECT_NE(nf4.out.find(part), std::string::npos) << part << "\n" << nf4.out;
   }
