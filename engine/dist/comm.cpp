@@ -138,17 +138,24 @@ at::Tensor Comm::staged(const at::Tensor& t) const {
   return t.device() == where && t.is_contiguous() ? t : t.to(where).contiguous();
 }
 
-void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
-  if (!backend_) return;
+template <class Call>
+void Comm::timed(const std::string& what, Call&& call) {
   const auto start = Clock::now();
   try {
-    std::vector<at::Tensor> v = {staged(t)};
-    backend_->allreduce(v)->wait();
-    if (!v[0].is_same(t)) t.copy_(v[0]);
+    call();
   } catch (const std::exception& e) {
     fail(what, e);
   }
   seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Comm::allreduce_sum(at::Tensor& t, const std::string& what) {
+  if (!backend_) return;
+  timed(what, [&] {
+    std::vector<at::Tensor> v = {staged(t)};
+    backend_->allreduce(v)->wait();
+    if (!v[0].is_same(t)) t.copy_(v[0]);
+  });
 }
 
 at::Tensor Comm::allgather(const at::Tensor& t, const std::string& what) {
@@ -181,15 +188,11 @@ Comm::Pending Comm::start_allgather_into(const at::Tensor& out, const at::Tensor
     p.out.copy_(t.reshape({-1}));
     return p;
   }
-  const auto start = Clock::now();
-  try {
+  timed(p.what, [&] {
     p.staged_out = staged(out);
     p.inputs = {staged(t).reshape({-1})};
     p.work = backend_->_allgather_base(p.staged_out, p.inputs[0]);
-  } catch (const std::exception& e) {
-    fail(p.what, e);
-  }
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  });
   return p;
 }
 
@@ -212,8 +215,7 @@ Comm::Pending Comm::start_scatter(const at::Tensor& out, const at::Tensor& whole
     p.out.copy_(whole.reshape(out.sizes()));
     return p;
   }
-  const auto start = Clock::now();
-  try {
+  timed(p.what, [&] {
     p.staged_out = staged(out);
     std::vector<at::Tensor> outputs = {p.staged_out};
     std::vector<std::vector<at::Tensor>> inputs;
@@ -227,10 +229,7 @@ Comm::Pending Comm::start_scatter(const at::Tensor& out, const at::Tensor& whole
     c10d::ScatterOptions options;
     options.rootRank = root;
     p.work = backend_->scatter(outputs, inputs, options);
-  } catch (const std::exception& e) {
-    fail(p.what, e);
-  }
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  });
   return p;
 }
 
@@ -240,43 +239,29 @@ Comm::Pending Comm::start_broadcast(const at::Tensor& t, int64_t root, std::stri
   p.out = t;
   p.what = std::move(what);
   if (!backend_) return p;
-  const auto start = Clock::now();
-  try {
+  timed(p.what, [&] {
     p.staged_out = staged(t);
     std::vector<at::Tensor> tensors = {p.staged_out};
     c10d::BroadcastOptions options;
     options.rootRank = root;
     p.work = backend_->broadcast(tensors, options);
-  } catch (const std::exception& e) {
-    fail(p.what, e);
-  }
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  });
   return p;
 }
 
 void Comm::wait(Pending& p) {
   if (!p.work) return;
-  const auto start = Clock::now();
-  try {
+  timed(p.what, [&] {
     p.work->wait();
     if (!p.staged_out.is_same(p.out)) p.out.copy_(p.staged_out);
-  } catch (const std::exception& e) {
-    fail(p.what, e);
-  }
+  });
   p.work.reset();
   p.inputs.clear();
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 void Comm::barrier(const std::string& what) {
   if (!backend_) return;
-  const auto start = Clock::now();
-  try {
-    backend_->barrier()->wait();
-  } catch (const std::exception& e) {
-    fail(what, e);
-  }
-  seconds_ += std::chrono::duration<double>(Clock::now() - start).count();
+  timed(what, [&] { backend_->barrier()->wait(); });
 }
 
 void Comm::announce_failure(const std::exception& e) noexcept {

@@ -97,6 +97,10 @@ class Comm {
   [[noreturn]] void fail(const std::string& what, const std::exception& e);
   // `t` where this backend's collectives read and write it, contiguous: `t` itself when it is.
   at::Tensor staged(const at::Tensor& t) const;
+  // Runs `call` (starting a collective or waiting for one) with its time added to seconds(); an
+  // exception from it goes to fail(what, ...). Defined in comm.cpp, its only user.
+  template <class Call>
+  void timed(const std::string& what, Call&& call);
 
   DistEnv env_;
   std::chrono::milliseconds timeout_;
