@@ -158,10 +158,9 @@ void ShardedWeights::shard_layer(int64_t index, model::DecoderLayer& layer) {
 
 void ShardedWeights::wait_incoming(int64_t up_to_layer) {
   for (auto& in : incoming_) {
-    if (in.landed || in.layer > up_to_layer) continue;
-    comm_.wait(in.description_sent);
+    if (in.layer > up_to_layer) continue;
+    comm_.wait(in.description_sent);  // a no-op once waited for
     comm_.wait(in.shard_sent);
-    in.landed = true;
   }
 }
 

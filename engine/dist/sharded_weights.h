@@ -104,7 +104,6 @@ class ShardedWeights final : public schedule::WeightResidency {
     at::Tensor description;  // int64: blob bytes, layout signature, each nested offset's bits
     int64_t expected_bytes = 0, expected_signature = 0;
     Comm::Pending description_sent, shard_sent;
-    bool landed = false;
   };
   struct Slot {
     at::Tensor buffer;  // uint8 [slot_bytes_]
