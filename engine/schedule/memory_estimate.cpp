@@ -294,7 +294,7 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
       // and _2 over the two branches), each keeping its rsqrt and mean per row; h1's float32 copy
       // for the first two only outside float32, where pre_feedforward_layernorm keeps h1 itself.
       saved += routed * 4;
-      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * 8;
+      saved += (s == 4 ? 2 : 4) * N * H * 4 + 4 * N * row;
     }
   }
   int64_t attention_transient = 0;

@@ -433,8 +433,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                               {"skipped_steps", state.skipped_steps}};
         if (aux_on) row["aux_loss"] = aux;
         // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA.
-        if (device_plan.memory && options.device.is_cuda())
+        if (device_plan.memory && options.device.is_cuda()) {
           row["planned_peak_bytes"] = device_plan.memory->allocated_bytes;
+        }
         metrics->log(row);
       }
       const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));

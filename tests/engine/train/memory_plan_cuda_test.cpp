@@ -59,10 +59,13 @@ TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
   for (const Case& k : cases) {
     SCOPED_TRACE(k.name);
     const auto config = model::preset_config(k.arch, k.preset);
-    const auto model_dir = dir / ("model-" + k.name);
-    model::write_random_model(model_dir, config, 5, at::kBFloat16);
-    {
-      std::ofstream data(dir / "data.jsonl");
+    // One model and dataset per architecture and preset, shared by the cases that train it.
+    const std::string model_name = model::architecture_name(k.arch) + "-" + k.preset;
+    const auto model_dir = dir / ("model-" + model_name);
+    const auto data_file = dir / ("data-" + model_name + ".jsonl");
+    if (!fs::exists(model_dir / "config.json")) {
+      model::write_random_model(model_dir, config, 5, at::kBFloat16);
+      std::ofstream data(data_file);
       const auto ids = at::randint(config.vocab_size, {8, seq}, at::kLong);
       for (int64_t i = 0; i < ids.size(0); ++i) {
         const auto row = ids[i];
@@ -80,7 +83,7 @@ TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
         {"lora_r", "16"},
         {"lora_alpha", "32"},
         {"lora_target_linear", "true"},
-        {"datasets", "[{path: " + (dir / "data.jsonl").string() + ", type: pretokenized}]"},
+        {"datasets", "[{path: " + data_file.string() + ", type: pretokenized}]"},
         {"sequence_len", std::to_string(seq)},
         {"micro_batch_size", "2"},
         {"max_steps", "3"},
