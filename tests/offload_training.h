@@ -6,10 +6,12 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
 
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -78,6 +80,18 @@ inline StepsResult two_steps(engine::model::CausalLM& lm,
   }
   for (const auto& p : lm.trainable_parameters()) r.grads.push_back(p.grad().cpu());
   return r;
+}
+
+// Every loss and every LoRA gradient of `got` bitwise equal to `want`'s; `what` names the run.
+inline void expect_same_steps(const StepsResult& got, const StepsResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_TRUE(bitwise_equal(got.losses[s], want.losses[s])) << what << ", step " << s;
+  }
+  ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(got.grads[i], want.grads[i])) << what << ", gradient " << i;
+  }
 }
 
 }  // namespace qtrain::test

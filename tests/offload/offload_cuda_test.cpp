@@ -69,12 +69,7 @@ TEST_P(CudaOffloadEquivalence, LossesAndLoraGradientsAreBitwiseIdentical) {
         lm, engine::schedule::OffloadOptions{layers, v.depth}, make_cuda_copy_engine(cuda));
     const auto got = test::two_steps(lm, offloaded, CheckpointPolicy::every_layer);
     const std::string what = v.name + ", " + std::to_string(layers.size()) + " layers offloaded";
-    for (size_t s = 0; s < want.losses.size(); ++s) {
-      EXPECT_TRUE(test::bitwise_equal(got.losses[s], want.losses[s])) << what << ", step " << s;
-    }
-    for (size_t i = 0; i < want.grads.size(); ++i) {
-      EXPECT_TRUE(test::bitwise_equal(got.grads[i], want.grads[i])) << what << ", gradient " << i;
-    }
+    test::expect_same_steps(got, want, what);
     EXPECT_EQ(offloaded->stats().unprepared_acquisitions, 0) << what;
   }
 }

@@ -21,17 +21,6 @@ int64_t gpus() {
   return at::hasCUDA() ? at::detail::getCUDAHooks().deviceCount() : 0;
 }
 
-void expect_same_steps(const test::StepsResult& got, const test::StepsResult& want, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_TRUE(test::bitwise_equal(got.losses[s], want.losses[s])) << what << ", step " << s;
-  }
-  ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
-  for (size_t i = 0; i < want.grads.size(); ++i) {
-    EXPECT_TRUE(test::bitwise_equal(got.grads[i], want.grads[i])) << what << ", gradient " << i;
-  }
-}
-
 TEST(ShardedWeightsCuda, ARunOfOneOnOneGpuTrainsAsTheResidentModel) {
   if (gpus() < 1) GTEST_SKIP() << "no CUDA device";
   const at::Device gpu(at::kCUDA, 0);
@@ -46,7 +35,7 @@ TEST(ShardedWeightsCuda, ARunOfOneOnOneGpuTrainsAsTheResidentModel) {
   sharded->bind_model(lm);
   EXPECT_GT(sharded->host_shard_bytes(), 0);
   EXPECT_LT(sharded->host_shard_bytes(), sharded->shard_bytes());
-  expect_same_steps(test::two_steps(lm, sharded, CheckpointPolicy::none), want, "one rank on cuda:0");
+  test::expect_same_steps(test::two_steps(lm, sharded, CheckpointPolicy::none), want, "one rank on cuda:0");
   EXPECT_EQ(sharded->unprepared_acquisitions(), 0);
 }
 
@@ -70,7 +59,7 @@ TEST(ShardedWeightsCuda, TwoNcclRanksOnTwoGpusTrainAsTheResidentModel) {
         got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
       },
       DdpBackend::nccl);
-  for (int r = 0; r < 2; ++r) expect_same_steps(got[r], want[r], "rank " + std::to_string(r));
+  for (int r = 0; r < 2; ++r) test::expect_same_steps(got[r], want[r], "rank " + std::to_string(r));
 }
 
 }  // namespace
