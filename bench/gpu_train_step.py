@@ -11,8 +11,9 @@ gradient checkpointing on (transformers: model.train() first, then
 gradient_checkpointing_enable(use_reentrant=True) and enable_input_require_grads(), the order
 that works), AdamW, gradients clipped to norm 1 (qtrain's default max_grad_norm). tokens/s is
 the median over the steps after the first 3; peak memory is the CUDA caching allocator's peak of
-allocated bytes over the run (torch.cuda.max_memory_allocated / qtrain's peak_memory_bytes),
-model load included for both. `python` is the venv's here (~/.cache/qtrain/venv/bin/python) and
+allocated bytes over the training steps (torch.cuda.max_memory_allocated after
+reset_peak_memory_stats / qtrain's peak_memory_bytes, which restarts once the model is loaded),
+model load excluded for both. `python` is the venv's here (~/.cache/qtrain/venv/bin/python) and
 python3 on a GPU machine; scripts/gpu_check.sh runs this with Llama-3.2-1B's shapes. Target (issue 5): qtrain >= 1.5x the
 tokens/s at no more peak memory. `--preset tiny --device cpu --steps 3` checks the script itself
 on a machine without a GPU (numbers meaningless there).
@@ -44,6 +45,7 @@ model.enable_input_require_grads()
 params = [p for p in model.parameters() if p.requires_grad]
 opt = torch.optim.AdamW(params, lr=1e-4)
 rows = [json.loads(l)["input_ids"] for l in open(data)]
+if cuda: torch.cuda.reset_peak_memory_stats()  # the steps' peak, as qtrain's (loading excluded)
 tps = []
 for step in range(steps):
     ids = torch.tensor([rows[step % len(rows)]], device=device)

@@ -23,6 +23,10 @@ int64_t peak_memory_bytes(const c10::Device& device) {
   return -1;
 }
 
+void reset_peak_memory(const c10::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+}
+
 int64_t device_memory_bytes(const c10::Device& device) {
   TORCH_CHECK(device.is_cuda(), "device memory is asked of ", device, ", which is not a CUDA device");
   return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);

@@ -335,6 +335,8 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   auto window_start = std::chrono::steady_clock::now();
   LossWatchdog watchdog(c.loss_watchdog_threshold, c.loss_watchdog_patience);
   std::fflush(out);
+  // The first window's peak is the steps', not the load's or the bandwidth probe's.
+  reset_peak_memory(options.device);
   while (state.global_step < total) {
     std::vector<data::Batch> batches;  // this rank's share of the step
     int64_t step_tokens = 0;
@@ -464,6 +466,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       window_tokens = 0;
       window_comm = 0;
       window_start = now;
+      reset_peak_memory(options.device);
     }
     if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
       const double eval_loss = evaluate(scheduler, split.eval, c, pad_id, options.device, comm, sharded != nullptr);
