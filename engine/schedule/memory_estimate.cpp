@@ -11,6 +11,7 @@
 #include "engine/model/grouped_expert_linear.h"
 #include "offload/blob_layout.h"
 #include "ops/linear_int8.h"
+#include "ops/nn/attention.h"
 #include "ops/nn/cross_entropy.h"
 #include "ops/quant/blockwise_8bit.h"
 
@@ -46,9 +47,10 @@ namespace {
 // - attention: a fused kernel (flash, memory-efficient, the CPU's
 //   flash) keeps q, k, v, its output and the float32 log-sum-exp per head and token, plus the
 //   mask converted to the compute dtype when there is one ([B, 1, T, T] with segment ids,
-//   [T, T] for a sliding window alone). With a mask and grouped-query heads on CUDA, k and v are
-//   expanded to every query head first, so the memory-efficient kernel takes them (see
-//   ops/nn/attention.cpp); the expanded copies are what it keeps. Gemma 2's soft-capped
+//   [T, T] for a sliding window alone). With grouped-query heads on CUDA where flash cannot run
+//   (a mask, head_dim over 256 as on Gemma 4's global layers, or float32), k and v are expanded
+//   to every query head first, so the memory-efficient kernel takes them (Note [Which CUDA
+//   attention kernel] in ops/nn/attention.cpp); the expanded copies are what it keeps. Gemma 2's soft-capped
 //   attention runs unfused (ops/nn/attention.cpp): it keeps q, k and v expanded to every query
 //   head, the tanh of the scores [B, heads, T, T] in s, the float32 probabilities and their cast
 //   to s (the same tensor in float32), and the boolean mask; its backward holds two more [B,
@@ -248,8 +250,9 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const bool masked = shape.segment_mask || windowed;
   // The boolean mask converted to the compute dtype: per row with segments, else one [T, T].
   const int64_t mask_bytes = !masked ? 0 : (shape.segment_mask ? B : 1) * T * T * s;
-  // k and v as the kernel keeps them: expanded to every query head when masked on CUDA.
-  const bool expanded = masked && shape.device == c10::DeviceType::CUDA && c.num_heads != kv_heads;
+  // k and v as the kernel keeps them: expanded to every query head where flash cannot run on CUDA.
+  const bool expanded = ops::attention_expands_kv(
+      shape.device == c10::DeviceType::CUDA, shape.dtype, c.num_heads, kv_heads, attention.head_dim, masked);
   const int64_t kv_kept = expanded ? qd : kvd;
 
   offload::LayerCost cost;

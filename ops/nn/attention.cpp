@@ -29,6 +29,24 @@ at::Tensor softcapped_attention(const at::Tensor& q,
 
 }  // namespace
 
+// Note [Which CUDA attention kernel]
+// torch's scaled_dot_product_attention on CUDA picks the first kernel that takes the call:
+// - flash: grouped-query heads (enable_gqa) and is_causal, but only in bfloat16 or float16, with
+//   no mask tensor and head_dim at most 256;
+// - memory-efficient: a mask and any head_dim (Gemma 4's 512-wide global heads included), but no
+//   grouped-query heads;
+// - cuDNN: no head_dim of 512;
+// - math, the rest: it upcasts to float32 and keeps [B, heads, T, T] float32 scores and
+//   probabilities, about 0.5 GB a layer at 2048 tokens, which the memory plan does not count.
+// So where flash cannot run and k and v have fewer heads than q, every query head gets its own k
+// and v (B x heads x T x d each, far less than T x T) and the memory-efficient kernel takes it.
+bool attention_expands_kv(
+    bool cuda, at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim, bool masked) {
+  constexpr int64_t kFlashMaxHeadDim = 256;
+  const bool flash_dtype = dtype == at::kBFloat16 || dtype == at::kHalf;
+  return cuda && heads != kv_heads && (masked || head_dim > kFlashMaxHeadDim || !flash_dtype);
+}
+
 at::Tensor causal_attention(const at::Tensor& q,
                             const at::Tensor& k,
                             const at::Tensor& v,
@@ -46,17 +64,22 @@ at::Tensor causal_attention(const at::Tensor& q,
   const int64_t t = q.size(2);
   const bool gqa = q.size(1) != k.size(1);
   const bool windowed = sliding_window && *sliding_window < t;
-  if (!windowed && !segments.defined() && !options.softcap) {
-    // The fused causal kernels (flash / memory-efficient on CUDA) need no mask tensor.
+  const bool masked = windowed || segments.defined();
+  // See Note [Which CUDA attention kernel].
+  const bool expand = attention_expands_kv(q.is_cuda(), q.scalar_type(), q.size(1), k.size(1), q.size(-1), masked);
+  // The fused kernels: causal without a mask, or with `mask` ([T, T] or [B, 1, T, T], true = attend).
+  const auto fused = [&](const std::optional<at::Tensor>& mask) {
+    const int64_t group = q.size(1) / k.size(1);
     return at::scaled_dot_product_attention(q,
-                                            k,
-                                            v,
-                                            /*attn_mask=*/std::nullopt,
+                                            expand ? k.repeat_interleave(group, 1) : k,
+                                            expand ? v.repeat_interleave(group, 1) : v,
+                                            mask,
                                             /*dropout_p=*/0.0,
-                                            /*is_causal=*/true,
+                                            /*is_causal=*/!mask.has_value(),
                                             scale,
-                                            /*enable_gqa=*/gqa);
-  }
+                                            /*enable_gqa=*/gqa && !expand);
+  };
+  if (!masked && !options.softcap) return fused(std::nullopt);
   auto i = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(1);
   auto j = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(0);
   auto visible = j <= i;  // [T, T], true = attend
@@ -74,15 +97,7 @@ at::Tensor causal_attention(const at::Tensor& q,
     visible = visible.logical_and(same).logical_and((segments >= 0).unsqueeze(2)).logical_or(pad_self).unsqueeze(1);
   }
   if (options.softcap) return softcapped_attention(q, k, v, visible, scale, *options.softcap);
-  if (gqa && q.is_cuda()) {
-    // CUDA's memory-efficient kernel takes a mask but not grouped-query heads, and the math
-    // kernel it would otherwise fall back to keeps [B, heads, T, T] float32 probabilities: give
-    // every query head its own k and v instead (B x heads x T x d each, far less than T x T).
-    const int64_t group = q.size(1) / k.size(1);
-    return at::scaled_dot_product_attention(
-        q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), visible, 0.0, false, scale, false);
-  }
-  return at::scaled_dot_product_attention(q, k, v, visible, 0.0, /*is_causal=*/false, scale, gqa);
+  return fused(visible);
 }
 
 }  // namespace qtrain::ops

@@ -21,6 +21,13 @@ struct AttentionOptions {
 // packed sample each token belongs to, -1 for padding), both are in the same segment. A padding
 // token sees only itself (a query that sees nothing would make softmax NaN). Returns
 // [B, heads, T, d].
+// Whether causal_attention gives every query head its own copy of k and v before the fused
+// kernel (see Note [Which CUDA attention kernel]): on CUDA, with grouped-query heads, where flash
+// cannot run (a mask, head_dim over 256, or float32). The memory plan counts the copies where this
+// says so.
+bool attention_expands_kv(
+    bool cuda, at::ScalarType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim, bool masked);
+
 at::Tensor causal_attention(const at::Tensor& q,
                             const at::Tensor& k,
                             const at::Tensor& v,

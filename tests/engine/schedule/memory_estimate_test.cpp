@@ -332,6 +332,41 @@ TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
   EXPECT_EQ(cap_delta(), 0);
 }
 
+// On CUDA, k and v are expanded to every query head where flash cannot run (Note [Which CUDA
+// attention kernel], ops/nn/attention.cpp): unpacked, Gemma 4's global layers (head_dim 512, 16
+// query heads over 2) keep the expanded copies, its sliding layers (head_dim 256, no mask below
+// the window) do not; packed, both do. The CPU never expands.
+TEST(MemoryEstimate, CudaCountsExpandedKeysAndValuesWhereFlashCannotRun) {
+  const auto c = model::preset_config(model::Architecture::gemma4, "gemma4-26b-a4b");
+  int64_t global = -1, sliding = -1;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.attention(l).head_dim == 512 && global < 0) global = l;
+    if (c.attention(l).head_dim == 256 && sliding < 0) sliding = l;
+  }
+  ASSERT_GE(global, 0);
+  ASSERT_GE(sliding, 0);
+  ASSERT_NE(c.attention(global).num_kv_heads, c.num_heads);
+  ASSERT_NE(c.attention(sliding).num_kv_heads, c.num_heads);
+  MemoryShape shape;
+  shape.sequence_len = 1024;  // the sliding window: no mask on the sliding layers unpacked
+  shape.segment_mask = false;
+  const auto cuda_minus_cpu = [&](int64_t layer) {
+    shape.device = c10::DeviceType::CUDA;
+    const int64_t cuda = estimate_memory(c, shape).layers[layer].saved_full;
+    shape.device = c10::DeviceType::CPU;
+    return cuda - estimate_memory(c, shape).layers[layer].saved_full;
+  };
+  const auto expansion = [&](int64_t layer) {
+    const auto a = c.attention(layer);
+    return 2 * shape.sequence_len * (c.num_heads - a.num_kv_heads) * a.head_dim * 2;  // k and v, bfloat16
+  };
+  EXPECT_EQ(cuda_minus_cpu(global), expansion(global));
+  EXPECT_EQ(cuda_minus_cpu(sliding), 0);
+  shape.segment_mask = true;
+  EXPECT_EQ(cuda_minus_cpu(global), expansion(global));
+  EXPECT_EQ(cuda_minus_cpu(sliding), expansion(sliding));
+}
+
 // init-model --layers N (the GPU benchmark's 26B-A4B with fewer layers): the first layers keep
 // their shapes and bytes, the last one is a full layer as transformers requires, and the config
 // reads back as written.
