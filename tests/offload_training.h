@@ -1,6 +1,6 @@
-// Shared by the CPU and GPU offload tests: the llama fixture with LoRA on every linear (non-zero
-// B, dropout on, so gradients are non-trivial and the recompute must replay the RNG), and two
-// training steps of it under a given residency.
+// Shared by the CPU and GPU offload tests: the test llama (tests/llama_fixture.h) with LoRA on
+// every linear (non-zero B, dropout on, so gradients are non-trivial and the recompute must replay
+// the RNG), and two training steps of it under a given residency.
 #pragma once
 
 #include <filesystem>
@@ -15,12 +15,13 @@
 
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "tests/llama_fixture.h"
 #include "tests/reference.h"
 
 namespace qtrain::test {
 
 // `host_layers` go into the load options, then `configure` sees them (a sharded base sets its
-// hooks there); the model is read from `folder` (default: the llama fixture). The LoRA B init
+// hooks there); the model is read from `folder` (default: the test llama). The LoRA B init
 // draws from a generator of its own, so ranks on threads of one test get the same model.
 inline engine::model::CausalLM load_llama_with_lora(
     engine::model::QuantSpec::Kind kind,
@@ -39,8 +40,8 @@ inline engine::model::CausalLM load_llama_with_lora(
   options.device = device;
   options.host_layers = std::move(host_layers);
   if (configure) configure(options);
-  auto lm = engine::model::CausalLM::load(
-      engine::io::HfFolder::open(folder.empty() ? model_fixture("llama") / "base" : folder), options);
+  auto lm = engine::model::CausalLM::load(engine::io::HfFolder::open(folder.empty() ? llama_fixture().base : folder),
+                                          options);
   engine::lora::LoraConfig c;
   c.r = 4;
   c.alpha = 8;
@@ -68,13 +69,13 @@ inline StepsResult two_steps(engine::model::CausalLM& lm,
                              engine::schedule::CheckpointPolicy policy) {
   engine::schedule::LayerScheduler scheduler(lm, std::move(residency));
   const auto plan = scheduler.prepare_training(policy);
-  const auto ref = engine::io::SafetensorsFile::open(model_fixture("llama") / "reference.safetensors");
+  const auto& batch = llama_fixture();
   StepsResult r;
   r.checkpointed = plan.num_checkpointed();
   for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
   at::manual_seed(123);
   for (int step = 0; step < 2; ++step) {
-    const auto [sum, tokens] = scheduler.train_forward(plan, ref.tensor("ids"), ref.tensor("labels"));
+    const auto [sum, tokens] = scheduler.train_forward(plan, batch.ids, batch.labels);
     (sum / tokens).backward();
     r.losses.push_back(sum.detach().cpu());
   }

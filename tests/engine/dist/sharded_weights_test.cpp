@@ -39,11 +39,11 @@ model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedWeights& sharded, cons
   return lm;
 }
 
-// The llama fixture with every base linear weight of the layers `poisoned` holding a NaN: a
+// The test llama with every base linear weight of the layers `poisoned` holding a NaN: a
 // reader refuses such a weight the moment it reads it (HfFolder::tensor), so a load that
 // succeeds never read them.
 std::filesystem::path fixture_poisoning(const std::filesystem::path& dir, const std::vector<int64_t>& poisoned) {
-  const auto base = io::HfFolder::open(test::model_fixture("llama") / "base");
+  const auto base = io::HfFolder::open(test::llama_fixture().base);
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& name : base.tensor_names()) {
     auto t = base.tensor(name).clone();
@@ -185,9 +185,9 @@ TEST(ShardedWeights, RanksThatDisagreeOnALayersLayoutAreRefusedByName) {
 
 TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
   auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
-  const auto ref = io::SafetensorsFile::open(test::model_fixture("llama") / "reference.safetensors");
+  const auto& ref = test::llama_fixture();
   schedule::LayerScheduler plain(resident);
-  const auto want = plain.eval_loss(plain.prepare_eval(), ref.tensor("ids"), ref.tensor("labels"));
+  const auto want = plain.eval_loss(plain.prepare_eval(), ref.ids, ref.labels);
   std::vector<at::Tensor> losses(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
     auto sharded = std::make_shared<ShardedWeights>(comm, 1);
@@ -197,7 +197,7 @@ TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
     // Rank 0 evaluates two batches, rank 1 one: its second pass gathers without computing.
     for (int pass = 0; pass < 2; ++pass) {
       if (comm.rank() == 0 || pass == 0) {
-        losses[comm.rank()] = scheduler.eval_loss(plan, ref.tensor("ids"), ref.tensor("labels")).loss_sum;
+        losses[comm.rank()] = scheduler.eval_loss(plan, ref.ids, ref.labels).loss_sum;
       } else {
         scheduler.skip_eval(plan);
       }
