@@ -1,5 +1,6 @@
 // The frozen base weights of several experts applied to their rows with grouped matrix products
-// (at::_grouped_mm: one CUTLASS kernel on Hopper/Blackwell GPUs in bfloat16), with autograd that
+// (at::_grouped_mm: one CUTLASS kernel in bfloat16 on Hopper and data-centre Blackwell, sm_90 and
+// sm_100; on other GPUs and dtypes a host sync and a loop of products), with autograd that
 // keeps only the experts' stored tensors for backward. See Note [Grouped expert GEMM].
 #pragma once
 

@@ -35,8 +35,8 @@ namespace qtrain::engine::model {
 // touched experts' A and B); the two agree to float rounding.
 
 // Which kernel applies the experts to their rows. automatic: grouped on CUDA (where bfloat16 on
-// Hopper and Blackwell is one CUTLASS kernel) when the experts and their LoRA can be grouped, per
-// expert otherwise; on the CPU a grouped product is a loop over the groups anyway.
+// Hopper and data-centre Blackwell is one CUTLASS kernel) when the experts and their LoRA can be
+// grouped, per expert otherwise; on the CPU a grouped product is a loop over the groups anyway.
 enum class ExpertKernel { automatic, per_expert, grouped };
 
 struct MoeExperts {
