@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,8 +64,9 @@ def run_qtrain(qtrain, work, model_dir, data, seq, steps, device, extra=None, la
         for k, v in cfg.items():
             f.write(f"{k}: {json.dumps(v)}\n")
     metrics = os.path.join(cfg["output_dir"], "metrics.jsonl")
-    if os.path.exists(metrics):
-        os.remove(metrics)
+    # A benchmark run is never resumed: the last one's output goes, since qtrain refuses an
+    # output_dir that already holds a run.
+    shutil.rmtree(cfg["output_dir"], ignore_errors=True)
     res = subprocess.run([qtrain] + (launcher or []) + ["train", path], capture_output=True, text=True)
     if res.returncode != 0:
         sys.exit(f"qtrain train {path} failed:\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")

@@ -3,44 +3,45 @@
 # the CUDA 13 toolkit, CMake and ninja, but no network and no package installs, it
 #   1. unpacks the Debian packages of device-kit/ (scripts/device_kit.sh) into a private prefix
 #      and puts the kit's bitsandbytes on PYTHONPATH;
-#   2. configures against python3's torch and builds qtrain and the GPU tests for this GPU's
-#      architecture only;
+#   2. configures against python3's torch and builds `qtrain` and the GPU tests (nothing else: no
+#      CPU tests, no Python fixtures) for this GPU's architecture only;
 #   3. runs `ctest -L gpu` (with CUDA_LAUNCH_BLOCKING=1, so a fault names its kernel), and copies
 #      the memory plan's planned and measured peaks that MemoryPlanCuda prints into the summary;
-#   4. runs the GPU benchmarks: bench/moe_gpu_step.py first (the Gemma 4 26B-A4B's first 6
-#      layers, NF4 under the 24 GiB cap and INT8 uncapped: the open MoE issue's target), then
-#      bench/gpu_train_step.py and bench/offload_sweep.py on a model with Llama-3.2-1B's shapes,
-#      and compute-sanitizer over the kernel tests if time is left;
-# and writes one summary, $OUT/summary.md, with the logs beside it in $OUT/logs/. Every stage is
-# time-boxed so that the whole check fits one 10-minute device call, and the summary is written as
-# it goes: a stage that fails or runs out of time leaves what came before.
+#   4. runs the GPU benchmarks in this order, as long as time is left: bench/moe_gpu_step.py (the
+#      Gemma 4 26B-A4B's first 6 layers, NF4 under the 24 GiB cap and INT8 uncapped),
+#      bench/gpu_train_step.py (Llama-3.2-1B's shapes, side by side with transformers + peft +
+#      bitsandbytes), bench/offload_sweep.py; compute-sanitizer over the kernel tests only with
+#      QTRAIN_GPU_CHECK_SANITIZER=1 (it instruments torch's kernels too and takes minutes);
+# and leaves two files: $OUT/summary.md and $OUT/logs.tgz (every stage's log), since a device
+# call brings back at most 8 files. Every stage is time-boxed so that the whole check fits one
+# device call (QTRAIN_GPU_CHECK_SECONDS, default 560, under a call's 600 s), and the summary is
+# written as it goes: a stage that fails or runs out of time leaves what came before.
 #
 #     scripts/device_kit.sh                            # here, once: makes device-kit/ (< 64 MiB)
-#     run: scripts/gpu_check.sh   carrying device-kit  # on the GPU machine
+#     run: scripts/gpu_check.sh   carrying device-kit, timeout_s 600   # on the GPU machine
 #
-# The build and the tests may take most of one call. A second call made at once, while the machine
-# is still warm (its build folder and models are kept), can skip the tests and go straight to the
-# benchmarks, the build being a no-op then:
-#     run: QTRAIN_GPU_CHECK_TESTS=0 scripts/gpu_check.sh   carrying device-kit
-#
-# Without a GPU it builds and runs the GPU tests, which skip, and skips the benchmarks: that is how
-# the script itself is checked on a CPU machine:
-#     QTRAIN_GPU_CHECK_PYTHON=~/.cache/qtrain/venv/bin/python QTRAIN_GPU_CHECK_ISOLATE=1 \
-#       QTRAIN_GPU_CHECK_SECONDS=3000 QTRAIN_GPU_CHECK_BUILD_SECONDS=2400 scripts/gpu_check.sh
-# (ISOLATE keeps CMake from finding the system's own copies of the kit's libraries, so the build
-# proves the kit complete; 2 cores need longer than the 16 of the GPU machine).
+# Without a GPU every stage that needs one says "skipped: no GPU" and the rest must pass:
+# scripts/gpu_rehearsal.sh runs it so on this CPU machine, against a copy of the GPU machine's
+# Python packages, with QTRAIN_GPU_CHECK_CPU_BENCH=1 (each benchmark, skipped, also runs its own
+# CPU self-check on a tiny model).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="${OUT:-$root/gpu-check-out}"
 kit="${QTRAIN_DEVICE_KIT:-$root/device-kit}"
 python="$(command -v "${QTRAIN_GPU_CHECK_PYTHON:-python3}")"
 build="${QTRAIN_GPU_CHECK_BUILD:-$root/build-gpu}"
-run_tests="${QTRAIN_GPU_CHECK_TESTS:-1}"
 prefix="$build/kit-prefix"
-budget="${QTRAIN_GPU_CHECK_SECONDS:-570}"
+budget="${QTRAIN_GPU_CHECK_SECONDS:-560}"
+cpu_bench="${QTRAIN_GPU_CHECK_CPU_BENCH:-0}"
 started=$SECONDS
+rm -rf "$out/logs" "$out/logs.tgz"
 mkdir -p "$out/logs"
 summary="$out/summary.md"
+# One archive of the logs, however the script ends: a device call brings back at most 8 files.
+pack_logs() {
+  [ -d "$out/logs" ] && tar -czf "$out/logs.tgz" -C "$out" logs && rm -rf "$out/logs"
+}
+trap pack_logs EXIT
 
 left() { echo $((budget - (SECONDS - started))); }
 note() { echo "$*" | tee -a "$summary"; }
@@ -70,6 +71,8 @@ stage() {
   return $rc
 }
 failures=()
+# skip NAME WHY: a stage that cannot run here, with the reason in the summary.
+skip() { note "| $1 | skipped: $2 | |"; }
 
 unpack_kit() {
   [ -d "$kit/debs" ] || { echo "$kit/debs is missing: run scripts/device_kit.sh and carry device-kit"; return 1; }
@@ -98,7 +101,7 @@ environment() {
 import importlib, platform, torch
 print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
       f"cuda available: {torch.cuda.is_available()}")
-for name in ["bitsandbytes", "transformers", "peft", "accelerate", "safetensors"]:
+for name in ["bitsandbytes", "transformers", "peft", "accelerate", "safetensors", "tokenizers", "numpy"]:
     try:
         print(f"{name} {importlib.import_module(name).__version__}")
     except Exception as e:  # reported, not fatal: the stages that need it fail with their own log
@@ -110,11 +113,28 @@ PY
 }
 
 configure() {
-  local isolate=()
+  local isolate=() text
   [ "${QTRAIN_GPU_CHECK_ISOLATE:-0}" = 1 ] && isolate=(-DCMAKE_IGNORE_PREFIX_PATH=/usr)
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  text=$(cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DQTRAIN_PYTHON="$python" -DCMAKE_PREFIX_PATH="$prefix/usr" \
-    -DQTRAIN_CUDA_ARCHS="$archs" "${isolate[@]}"
+    -DQTRAIN_CUDA_ARCHS="$archs" "${isolate[@]}" 2>&1)
+  local rc=$?
+  echo "$text"
+  [ $rc -eq 0 ] || return $rc
+  # Without nvcc CMake builds the CPU stand-ins of the kernels, and every kernel test would fail.
+  grep -q 'CUDA kernels: ON' <<<"$text" || {
+    echo "CMake built no CUDA kernels (no nvcc, or a torch without CUDA): the GPU check needs them"
+    return 1
+  }
+}
+
+# Only qtrain and the GPU tests, going on past a failed edge (-k 0) so that one failure does not
+# keep the other from linking.
+build_targets() {
+  # The compilers' CPU time (user, system) goes into the log: scripts/gpu_rehearsal.sh projects the
+  # build onto another machine's cores from it.
+  local TIMEFORMAT='build CPU seconds (user system): %U %S'
+  time cmake --build "$build" -j "$(nproc)" --target qtrain qtrain_gpu_tests -- -k 0
 }
 
 missing_libraries() {
@@ -131,9 +151,8 @@ gpu_tests() {
 }
 
 sanitizer() {
-  local fixtures="$build/fixtures"
   for tool in memcheck racecheck; do
-    QTRAIN_FIXTURES="$fixtures" compute-sanitizer --tool "$tool" --error-exitcode 1 \
+    compute-sanitizer --tool "$tool" --error-exitcode 1 \
       "$build/tests/qtrain_gpu_tests" --gtest_filter='KbitCuda.*:Int8Cuda.*' || return 1
   done
 }
@@ -141,6 +160,7 @@ sanitizer() {
 : >"$summary"
 note "# qtrain GPU check, $(date -u +%Y-%m-%d\ %H:%M) UTC"
 note ""
+export PYTHONPATH="$kit/python${PYTHONPATH:+:$PYTHONPATH}"
 environment >"$out/logs/environment.log" 2>&1
 note '```'
 tee -a "$summary" <"$out/logs/environment.log"
@@ -154,31 +174,56 @@ note ""
 note "| stage | result | seconds |"
 note "|---|---|---|"
 
-export PYTHONPATH="$kit/python${PYTHONPATH:+:$PYTHONPATH}"
 export root kit python build prefix archs
-export -f unpack_kit configure missing_libraries gpu_tests sanitizer
-jobs="$(nproc)"
+export -f unpack_kit configure build_targets missing_libraries gpu_tests sanitizer
+built=0
 stage unpack-kit 60 unpack_kit &&
   stage configure 120 configure &&
-  stage build "${QTRAIN_GPU_CHECK_BUILD_SECONDS:-330}" cmake --build "$build" -j "$jobs" --target qtrain qtrain_gpu_tests &&
+  stage build "${QTRAIN_GPU_CHECK_BUILD_SECONDS:-330}" build_targets &&
   stage libraries 10 missing_libraries &&
-  if [ "$run_tests" = 0 ]; then note "| gpu-tests | skipped: QTRAIN_GPU_CHECK_TESTS=0 | |"; else stage gpu-tests 150 gpu_tests; fi
+  built=1
+if [ $built = 1 ]; then
+  # Without a GPU the tests still run: each skips itself, which proves the binary starts.
+  stage gpu-tests 150 gpu_tests
+else
+  skip gpu-tests "the build did not complete (${failures[*]}: see its log)"
+fi
 tests_line=$(grep -h -E 'tests passed|No tests were found' "$out/logs/gpu-tests.log" 2>/dev/null | tail -1)
 plan_lines=$(grep -h -o '\[memory plan\].*' "$out/logs/gpu-tests.log" 2>/dev/null)
 
-if [ "$has_gpu" = 1 ] && [ -x "$build/apps/qtrain" ]; then
-  models="${QTRAIN_GPU_CHECK_MODELS:-/tmp/qtrain-bench-models}"
-  preset="${QTRAIN_GPU_CHECK_PRESET:-llama3.2-1b}"
+models="${QTRAIN_GPU_CHECK_MODELS:-/tmp/qtrain-bench-models}"
+preset="${QTRAIN_GPU_CHECK_PRESET:-llama3.2-1b}"
+benchmarks=(moe-gpu-step gpu-train-step offload-sweep)
+if [ $built = 0 ]; then
+  for b in "${benchmarks[@]}"; do skip "$b" "the build did not complete"; done
+elif [ "$has_gpu" = 1 ]; then
   stage moe-gpu-step 240 "$python" "$root/bench/moe_gpu_step.py" --build "$build" --layers 6 \
     --seq 2048 --steps 6 --runs nf4,int8-all --models "$models"
   stage gpu-train-step 200 "$python" "$root/bench/gpu_train_step.py" --build "$build" --preset "$preset" \
     --seq 2048 --steps 8 --models "$models"
   stage offload-sweep 150 "$python" "$root/bench/offload_sweep.py" --build "$build" --preset "$preset" \
     --seq 2048 --steps 6 --ks 0,8,all --models "$models"
-  [ -x "$build/tests/qtrain_gpu_tests" ] && command -v compute-sanitizer >/dev/null &&
-    stage compute-sanitizer 120 sanitizer
+elif [ "$cpu_bench" = 1 ]; then
+  # Each benchmark's own CPU self-check on a tiny model: the scripts and the reference stack they
+  # import run as they will on the GPU machine; the numbers mean nothing.
+  for b in "${benchmarks[@]}"; do skip "$b" "no GPU"; done
+  stage moe-gpu-step-on-cpu 240 "$python" "$root/bench/moe_gpu_step.py" --build "$build" --preset tiny-moe \
+    --device cpu --seq 128 --steps 4 --models "$models"
+  stage gpu-train-step-on-cpu 200 "$python" "$root/bench/gpu_train_step.py" --build "$build" --preset tiny \
+    --device cpu --steps 3 --models "$models"
+  stage offload-sweep-on-cpu 150 "$python" "$root/bench/offload_sweep.py" --build "$build" --preset tiny \
+    --device cpu --ks 0,1,2 --steps 4 --models "$models"
 else
-  note "| benchmarks | skipped: no GPU | |"
+  for b in "${benchmarks[@]}"; do skip "$b" "no GPU"; done
+fi
+if [ "${QTRAIN_GPU_CHECK_SANITIZER:-0}" != 1 ]; then
+  skip compute-sanitizer "only with QTRAIN_GPU_CHECK_SANITIZER=1"
+elif [ "$has_gpu" != 1 ]; then
+  skip compute-sanitizer "no GPU"
+elif ! command -v compute-sanitizer >/dev/null; then
+  skip compute-sanitizer "compute-sanitizer is not on PATH"
+else
+  stage compute-sanitizer 120 sanitizer
 fi
 
 skipped=$(grep -c -- '\*\*\*Skipped' "$out/logs/gpu-tests.log" 2>/dev/null)
@@ -189,7 +234,7 @@ if [ -n "$plan_lines" ]; then
   note "## The memory plan against the allocator's peak (MemoryPlanCuda)"
   echo "$plan_lines" | tee -a "$summary" >/dev/null
 fi
-for log in moe-gpu-step gpu-train-step offload-sweep; do
+for log in "${benchmarks[@]}"; do
   if [ -f "$out/logs/$log.log" ] && [[ ! " ${failures[*]} " =~ " $log " ]]; then
     note ""
     note "## $log"
@@ -198,7 +243,7 @@ for log in moe-gpu-step gpu-train-step offload-sweep; do
 done
 for f in "${failures[@]}"; do
   note ""
-  note "## $f failed: the end of logs/$f.log"
+  note "## $f failed: the end of its log (logs.tgz holds it whole)"
   note '```'
   tail -n 40 "$out/logs/$f.log" | tee -a "$summary" >/dev/null
   note '```'
