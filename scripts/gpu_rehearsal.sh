@@ -7,7 +7,7 @@
 #   - device-kit/ made by scripts/device_kit.sh, and a copy of what a device call copies: the
 #     tracked and untracked, not ignored, files of the checkout, plus the carried device-kit;
 #   - no network (its own network namespace), an empty HOME (so nothing of ~/.cache/qtrain is
-#     found), CMake kept from /usr's copies of the kit's libraries (QTRAIN_GPU_CHECK_ISOLATE), and
+#     found), the benchmarks' models made afresh as on a new machine, CMake kept from /usr's copies of the kit's libraries (QTRAIN_GPU_CHECK_ISOLATE), and
 #     no ccache, so the build takes the time it will take there, scaled by cores;
 #   - nvcc 13.0 and the check's CUDA architecture (90-real, an H100's) as on the GPU machine;
 #   - each benchmark, skipped for want of a GPU, also runs its own CPU self-check on a tiny model
@@ -71,7 +71,7 @@ started=$SECONDS
 set +e
 unshare --net env -i PATH="$venv/bin:/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin" HOME="$work/home" \
   TERM="${TERM:-dumb}" OUT="$work/out" "${ccache_env[@]}" \
-  QTRAIN_GPU_CHECK_ISOLATE=1 QTRAIN_GPU_CHECK_CPU_BENCH=1 \
+  QTRAIN_GPU_CHECK_ISOLATE=1 QTRAIN_GPU_CHECK_CPU_BENCH=1 QTRAIN_GPU_CHECK_MODELS="$work/models" \
   QTRAIN_GPU_CHECK_SECONDS=5400 QTRAIN_GPU_CHECK_BUILD_SECONDS=3600 \
   bash -c 'ip link set lo up 2>/dev/null; cd "$0" && scripts/gpu_check.sh' "$work/tree"
 check_rc=$?
