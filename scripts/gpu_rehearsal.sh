@@ -7,8 +7,9 @@
 #   - device-kit/ made by scripts/device_kit.sh, and a copy of what a device call copies: the
 #     tracked and untracked, not ignored, files of the checkout, plus the carried device-kit;
 #   - no network (its own network namespace), an empty HOME (so nothing of ~/.cache/qtrain is
-#     found), the benchmarks' models made afresh as on a new machine, CMake kept from /usr's copies of the kit's libraries (QTRAIN_GPU_CHECK_ISOLATE), and
-#     no ccache, so the build takes the time it will take there, scaled by cores;
+#     found), the benchmarks' models made afresh as on a new machine, CMake kept from /usr's
+#     copies of the kit's libraries (QTRAIN_GPU_CHECK_ISOLATE), and no ccache, so the build takes
+#     the CPU time it will take there;
 #   - nvcc 13.0 and the check's CUDA architecture (90-real, an H100's) as on the GPU machine;
 #   - each benchmark, skipped for want of a GPU, also runs its own CPU self-check on a tiny model
 #     (QTRAIN_GPU_CHECK_CPU_BENCH: stages NAME-on-cpu), so the scripts and the reference stack
@@ -18,7 +19,7 @@
 # of the kit's packages taken from the kit; and it prints each stage's time here and projected
 # onto the GPU machine's 16 cores, with the time left there for the GPU stages.
 #
-#     scripts/gpu_rehearsal.sh            # ~15-20 minutes on 2 cores, most of it the cold build
+#     scripts/gpu_rehearsal.sh            # ~10 minutes on 2 cores, most of it the cold build
 #     QTRAIN_REHEARSAL_CCACHE=1 scripts/gpu_rehearsal.sh   # reuse ccache: faster, build time not projected
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
