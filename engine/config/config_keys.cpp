@@ -199,6 +199,12 @@ const std::vector<IgnoredKey> kIgnored = {
     {"lora_qkv_kernel", "qtrain's LoRA layers pick their kernels themselves"},
     {"lora_o_kernel", "qtrain's LoRA layers pick their kernels themselves"},
     {"fused_attn_kernel", "qtrain chooses its attention kernel itself"},
+    {"gemma4_hybrid_attn_impl",
+     "it gives Gemma 4's sliding layers flash attention and its 512-wide global layers SDPA; qtrain chooses each "
+     "layer's attention kernel itself"},
+    {"use_scattermoe", "ScatterMoE speeds up the Python stack's experts; qtrain runs its own grouped expert kernel"},
+    {"experts_implementation",
+     "it chooses the Python stack's expert kernel; qtrain runs its own grouped expert kernel"},
     {"eval_sample_packing", "evaluation batches are not packed; training is the same"},
     {"ddp_find_unused_parameters", "a DDP setting; qtrain's LoRA parameters all take part in every step"},
     {"trust_remote_code", "qtrain runs no code from the model folder; its architectures are built in"},

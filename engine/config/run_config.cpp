@@ -313,15 +313,16 @@ RunConfig read_config(Reader& r) {
   c.optimizer = r.choice("optimizer",
                          c.optimizer,
                          {"adamw_torch", "adamw_bnb_8bit"},
-                         "qtrain implements AdamW: use adamw_torch (also read from adamw, adamw_torch_fused, "
-                         "paged_adamw_32bit and adamw_torch_4bit) or bitsandbytes' 8-bit AdamW adamw_bnb_8bit "
-                         "(also read from adamw_8bit and paged_adamw_8bit)",
+                         "qtrain implements AdamW: use adamw_torch (also read from adamw, adamw_torch_fused and "
+                         "paged_adamw_32bit) or bitsandbytes' 8-bit AdamW adamw_bnb_8bit (also read from "
+                         "adamw_8bit, paged_adamw_8bit, adamw_torch_8bit and adamw_torch_4bit)",
                          {{"adamw", "adamw_torch"},
                           {"adamw_torch_fused", "adamw_torch"},
                           {"paged_adamw_32bit", "adamw_torch"},
-                          {"adamw_torch_4bit", "adamw_torch"},
                           {"adamw_8bit", "adamw_bnb_8bit"},
-                          {"paged_adamw_8bit", "adamw_bnb_8bit"}});
+                          {"paged_adamw_8bit", "adamw_bnb_8bit"},
+                          {"adamw_torch_8bit", "adamw_bnb_8bit"},
+                          {"adamw_torch_4bit", "adamw_bnb_8bit"}});
   // The same optimizer with another way to hold its state in memory: see Note [Performance hints].
   if (const Entry* e = r.find("optimizer"); e && e->value.IsScalar()) {
     const std::string& name = e->value.Scalar();
@@ -331,11 +332,15 @@ RunConfig read_config(Reader& r) {
       c.ignored_keys.push_back("optimizer: " + name + " (the same " +
                                (name == "paged_adamw_8bit" ? "8-bit AdamW, adamw_bnb_8bit" : "AdamW") +
                                "; paging moves its state to host memory under pressure, and LoRA's state is small)");
-    } else if (name == "adamw_torch_4bit") {
-      // Not a performance hint: the updates differ. Named so that the run says what it trains with.
+    } else if (name == "adamw_torch_8bit" || name == "adamw_torch_4bit") {
+      // torchao's low-bit AdamW. Not a performance hint: the updates differ in their rounding.
+      // Never 32-bit state for a low-bit name: the user chose it to save memory. Named so that the
+      // run says what it trains with.
       c.ignored_keys.push_back(
-          "optimizer: adamw_torch_4bit (torchao's AdamW with 4-bit state is not implemented; qtrain runs its "
-          "32-bit AdamW, adamw_torch, whose updates lack the 4-bit rounding; adamw_bnb_8bit keeps 8-bit state)");
+          "optimizer: " + name + " (torchao's " + (name == "adamw_torch_8bit" ? "8" : "4") +
+          "-bit AdamW is not implemented; qtrain runs bitsandbytes' 8-bit AdamW, adamw_bnb_8bit, whose state is "
+          "quantized in blocks of 256 as bitsandbytes does it" +
+          (name == "adamw_torch_4bit" ? ", at twice the bytes of torchao's 4-bit state" : std::string()) + ")");
     }
   }
   c.adam_beta1 = r.number("adam_beta1", c.adam_beta1, unit_interval_open(), "use a value in [0, 1), e.g. 0.9");

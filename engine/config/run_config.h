@@ -191,10 +191,10 @@ struct RunConfig {
   // Linear warmup from 0 over this many steps, or over this fraction of the run; not both.
   int64_t warmup_steps = 0;
   double warmup_ratio = 0.0;
-  // "adamw_torch" (also read from adamw, adamw_torch_fused, paged_adamw_32bit, adamw_torch_4bit):
-  // torch's AdamW with decoupled weight decay and float32 state; "adamw_bnb_8bit" (also read from
-  // adamw_8bit, paged_adamw_8bit): bitsandbytes' AdamW8bit, 8-bit blockwise state
-  // (engine/train/adamw_8bit.h).
+  // "adamw_torch" (also read from adamw, adamw_torch_fused, paged_adamw_32bit): torch's AdamW with
+  // decoupled weight decay and float32 state; "adamw_bnb_8bit" (also read from adamw_8bit,
+  // paged_adamw_8bit and torchao's adamw_torch_8bit and adamw_torch_4bit): bitsandbytes' AdamW8bit,
+  // 8-bit blockwise state (engine/train/adamw_8bit.h).
   std::string optimizer = "adamw_torch";
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;

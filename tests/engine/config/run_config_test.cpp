@@ -847,6 +847,19 @@ optimizer: paged_adamw_32bit
   EXPECT_EQ(parse(kHead + "optimizer: adamw_torch_fused\n").optimizer, "adamw_torch");
 }
 
+// The kernel switches of axolotl's Gemma 4 26B-A4B QLoRA example (examples/gemma4/26b-a4b-moe-qlora.yaml).
+TEST(RunConfigTest, Gemma4ExamplesKernelSwitchesAreAcceptedAndNamed) {
+  const RunConfig c = parse(kHead +
+                            "use_scattermoe: true\nexperts_implementation: scattermoe\n"
+                            "gemma4_hybrid_attn_impl: true\n");
+  const std::vector<std::string> expected = {
+      "use_scattermoe (ScatterMoE speeds up the Python stack's experts; qtrain runs its own grouped expert kernel)",
+      "experts_implementation (it chooses the Python stack's expert kernel; qtrain runs its own grouped expert kernel)",
+      "gemma4_hybrid_attn_impl (it gives Gemma 4's sliding layers flash attention and its 512-wide global layers "
+      "SDPA; qtrain chooses each layer's attention kernel itself)"};
+  EXPECT_EQ(c.ignored_keys, expected);
+}
+
 // See Note [FSDP keys]: axolotl's fsdp list or string, or an fsdp_config alone, turn shard_base
 // on; FSDP's own tuning is named as ignored; a contradiction or an unknown option is an error.
 TEST(RunConfigTest, FsdpKeysTurnOnTheShardedBase) {
@@ -945,13 +958,19 @@ loss_watchdog_patience: 3
   EXPECT_EQ(paged.ignored_keys.at(0),
             "optimizer: paged_adamw_8bit (the same 8-bit AdamW, adamw_bnb_8bit; paging moves its state to host "
             "memory under pressure, and LoRA's state is small)");
-  // No 4-bit AdamW: the run says that it trains with the 32-bit one.
+  // torchao's low-bit AdamW: never 32-bit state for a low-bit name. qtrain runs its 8-bit AdamW
+  // and the run says so.
+  const RunConfig eight = parse(kHead + "optimizer: adamw_torch_8bit\n");
+  EXPECT_EQ(eight.optimizer, "adamw_bnb_8bit");
+  EXPECT_EQ(eight.ignored_keys.at(0),
+            "optimizer: adamw_torch_8bit (torchao's 8-bit AdamW is not implemented; qtrain runs bitsandbytes' 8-bit "
+            "AdamW, adamw_bnb_8bit, whose state is quantized in blocks of 256 as bitsandbytes does it)");
   const RunConfig four = parse(kHead + "optimizer: adamw_torch_4bit\n");
-  EXPECT_EQ(four.optimizer, "adamw_torch");
-  EXPECT_EQ(four.ignored_keys.at(0).rfind("optimizer: adamw_torch_4bit (torchao's AdamW with 4-bit state is not "
-                                          "implemented; qtrain runs its 32-bit AdamW, adamw_torch",
-                                          0),
-            0u);
+  EXPECT_EQ(four.optimizer, "adamw_bnb_8bit");
+  EXPECT_EQ(four.ignored_keys.at(0),
+            "optimizer: adamw_torch_4bit (torchao's 4-bit AdamW is not implemented; qtrain runs bitsandbytes' 8-bit "
+            "AdamW, adamw_bnb_8bit, whose state is quantized in blocks of 256 as bitsandbytes does it, at twice the "
+            "bytes of torchao's 4-bit state)");
   test::expect_error([] { parse(kHead + "loss_watchdog_patience: 0\n"); }, "loss_watchdog_patience: 0 must be >= 1");
 }
 
