@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/config/key_suggestion.h"
+#include "engine/lora/lora_config.h"
 
 namespace qtrain::engine::config {
 
@@ -91,10 +92,35 @@ std::vector<std::string> Reader::module_names(const std::string& key) {
   return e ? guarded(key, std::vector<std::string>{}, [&] { return module_names_of(*e); }) : std::vector<std::string>{};
 }
 
+Reader::ModuleTargets Reader::module_targets(const std::string& key) {
+  const Entry* e = find(key);
+  if (e == nullptr) return {};
+  return guarded(key, ModuleTargets{}, [&] {
+    if (!e->value.IsScalar()) return ModuleTargets{module_names_of(*e), {}};
+    const std::string& pattern = e->value.Scalar();
+    if (pattern.empty()) e->fail_value("blank; write a list of module names such as [q_proj, v_proj]");
+    // A bare name as the whole pattern matches only a top-level module of that name: every layer's
+    // module path has dots. PEFT would find no target; say why here instead.
+    const bool bare = std::all_of(pattern.begin(), pattern.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_';
+    });
+    if (bare && pattern != "lm_head") {
+      e->fail_value("'" + pattern +
+                    "' is one string, which PEFT reads as a regular expression the whole module name must match, "
+                    "and no module name such as model.layers.0.self_attn." +
+                    pattern + " is just that; write a list, e.g. [" + pattern + "], or a pattern, e.g. .*\\." +
+                    pattern);
+    }
+    if (const std::string problem = lora::LoraConfig::regex_problem(pattern); !problem.empty()) {
+      e->fail_value(problem);
+    }
+    return ModuleTargets{{}, pattern};
+  });
+}
+
 std::vector<std::string> Reader::module_names_of(const Entry& e) const {
   if (!e.value.IsSequence()) {
-    e.fail_value("expected a list of module names, got " + shown(e.value) +
-                 "; write e.g. [q_proj, v_proj] (regular expressions are not supported)");
+    e.fail_value("expected a list of module names, got " + shown(e.value) + "; write e.g. [q_proj, v_proj]");
   }
   std::vector<std::string> out;
   for (size_t i = 0; i < e.value.size(); ++i) {
@@ -113,7 +139,7 @@ std::vector<std::string> Reader::module_names_of(const Entry& e) const {
            item_key,
            "'" + name +
                "' is not a module name; use a name such as q_proj or a dotted suffix such as "
-               "self_attn.q_proj (regular expressions are not supported)");
+               "self_attn.q_proj (a list holds names; one string instead of the list is a regular expression)");
     }
     out.push_back(name);
   }

@@ -60,6 +60,13 @@ class Reader {
   std::vector<std::string> strings(const std::string& key, const std::string& example);
   std::string text(const std::string& key, const std::string& example);
   std::vector<std::string> module_names(const std::string& key);
+  // lora_target_modules: a list of module names (module_names_of), or one string, which PEFT reads
+  // as a regular expression that a module's whole name must match. At most one of the two is set.
+  struct ModuleTargets {
+    std::vector<std::string> names;
+    std::string regex;
+  };
+  ModuleTargets module_targets(const std::string& key);
   std::vector<DatasetConfig> datasets(const std::string& key);
 
   std::vector<std::string> module_names_of(const Entry& e) const;

@@ -203,7 +203,9 @@ RunConfig read_config(Reader& r) {
   c.lora_alpha = r.number("lora_alpha", c.lora_alpha, above(0), "use a positive number, commonly lora_r or 2 * lora_r");
   c.lora_dropout = r.number(
       "lora_dropout", c.lora_dropout, unit_interval_open(), "use a value from 0 (off) to below 1, typically 0.05");
-  c.lora_target_modules = r.module_names("lora_target_modules");
+  auto targets = r.module_targets("lora_target_modules");
+  c.lora_target_modules = std::move(targets.names);
+  c.lora_target_modules_regex = std::move(targets.regex);
   c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
   c.lora_target_parameters = r.module_names("lora_target_parameters");
   c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
@@ -518,7 +520,8 @@ RunConfig read_config(Reader& r) {
   });
 
   r.guard({"lora_target_modules", "lora_target_linear", "lora_target_parameters"}, [&] {
-    if (c.lora_target_modules.empty() && !c.lora_target_linear && c.lora_target_parameters.empty()) {
+    if (c.lora_target_modules.empty() && c.lora_target_modules_regex.empty() && !c.lora_target_linear &&
+        c.lora_target_parameters.empty()) {
       const std::string key = r.find_written("lora_target_modules")  ? "lora_target_modules"
                               : r.find_written("lora_target_linear") ? "lora_target_linear"
                                                                      : "lora_target_modules";

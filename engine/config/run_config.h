@@ -137,8 +137,11 @@ struct RunConfig {
   double lora_alpha = 16;
   // In [0, 1).
   double lora_dropout = 0.0;
-  // Module names or dotted suffixes ("q_proj", "self_attn.o_proj"); not regexes.
+  // Module names or dotted suffixes ("q_proj", "self_attn.o_proj"), from a list.
   std::vector<std::string> lora_target_modules;
+  // lora_target_modules given as one string: a regular expression a module's whole name must
+  // match, as PEFT reads a string target_modules. Empty: none.
+  std::string lora_target_modules_regex;
   // Target every linear layer except lm_head (PEFT's "all-linear").
   bool lora_target_linear = false;
   // PEFT's target_parameters: MoE expert parameters, e.g. [mlp.experts.gate_up_proj,

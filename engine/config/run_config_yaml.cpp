@@ -68,7 +68,8 @@ std::string to_yaml(const RunConfig& c) {
   for (const std::string& m : c.lora_target_modules) {
     modules.push_back(quoted(m));
   }
-  line("lora_target_modules", "[" + join(modules, ", ") + "]");
+  line("lora_target_modules",
+       c.lora_target_modules_regex.empty() ? "[" + join(modules, ", ") + "]" : quoted(c.lora_target_modules_regex));
   line("lora_target_linear", boolean_text(c.lora_target_linear));
   std::vector<std::string> params;
   for (const std::string& p : c.lora_target_parameters) {

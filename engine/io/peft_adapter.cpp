@@ -108,7 +108,11 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["r"] = config.r;
   j["rank_pattern"] = json::object();
   j["revision"] = nullptr;
-  j["target_modules"] = target_modules.empty() ? json(nullptr) : json(target_modules);
+  // A regular expression is written as given, as PEFT does: the modules it matched can share a
+  // last component with modules it did not, so their names would widen it.
+  j["target_modules"] = !config.target_modules_regex.empty() ? json(config.target_modules_regex)
+                        : target_modules.empty()             ? json(nullptr)
+                                                             : json(target_modules);
   j["target_parameters"] = config.target_parameters.empty() ? json(nullptr) : json(config.target_parameters);
   j["task_type"] = "CAUSAL_LM";
   j["trainable_token_indices"] = nullptr;
@@ -323,12 +327,12 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
   if (targets == nullptr || targets->is_null()) {
     // Parameters only (e.g. MoE experts).
   } else if (targets->is_string()) {
-    TORCH_CHECK(targets->get<std::string>() == "all-linear",
-                where,
-                ": \"target_modules\" is the regular expression ",
-                targets->dump(),
-                ", which is not supported; write it as a list of module names, e.g. [\"q_proj\", \"v_proj\"]");
-    config.target_all_linear = true;
+    // PEFT: "all-linear", or a regular expression that a module's whole name must match.
+    if (targets->get<std::string>() == "all-linear") {
+      config.target_all_linear = true;
+    } else {
+      config.target_modules_regex = targets->get<std::string>();
+    }
   } else {
     TORCH_CHECK(targets->is_array(),
                 where,
@@ -589,9 +593,10 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 module,
                 "', but \"target_modules\" in ",
                 config_where,
-                " does not match it, so PEFT would ignore them; add \"",
-                last_component(module),
-                "\" to target_modules");
+                " does not match it, so PEFT would ignore them; ",
+                config.target_modules_regex.empty()
+                    ? "add \"" + last_component(module) + "\" to target_modules"
+                    : "widen the regular expression " + config.target_modules_regex + " to match it");
     loaded.adapters.emplace(module,
                             lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
                                               .b = trainable_fp32(file, *pair.b),

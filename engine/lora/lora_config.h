@@ -4,8 +4,8 @@
 // lora_dropout, lora_target_modules, lora_target_linear, lora_target_parameters,
 // peft_use_rslora) and an
 // adapter_config.json written by PEFT or by qtrain. Matching module names follows PEFT's
-// `check_target_module_exists` for list-valued target_modules, so an adapter trained here
-// attaches to the same modules when PEFT loads it.
+// `check_target_module_exists`, for list-valued and for string (regular expression)
+// target_modules, so an adapter trained here attaches to the same modules when PEFT loads it.
 #pragma once
 
 #include <c10/util/Exception.h>
@@ -22,9 +22,13 @@ struct LoraConfig {
   double alpha = 16;
   double dropout = 0.0;
   // Module-name entries: a module matches when its dotted path equals an entry or ends with
-  // "." + entry (so "q_proj" matches "model.layers.0.self_attn.q_proj"). Regex strings are not
-  // supported.
+  // "." + entry (so "q_proj" matches "model.layers.0.self_attn.q_proj").
   std::vector<std::string> target_modules;
+  // PEFT's target_modules given as one string (not "all-linear"): a regular expression that a
+  // module's whole dotted path must match (Python's re.fullmatch), e.g.
+  // "model.layers.[\d]+.self_attn.(q|v)_proj". Read as ECMAScript (std::regex), which has
+  // Python's common syntax; validate() refuses a pattern it cannot compile. Empty: none.
+  std::string target_modules_regex;
   // PEFT's "all-linear" / axolotl's lora_target_linear: every linear layer except the output
   // head (lm_head). Combined with target_modules, a module matching either is targeted.
   bool target_all_linear = false;
@@ -53,8 +57,14 @@ struct LoraConfig {
         return true;
       }
     }
-    return false;
+    return !target_modules_regex.empty() && matches_regex(target_modules_regex, module_path);
   }
+
+  // Whether `path` matches `pattern` whole (lora_config.cpp, so that <regex> stays out of this
+  // header).
+  static bool matches_regex(const std::string& pattern, const std::string& path);
+  // Why std::regex cannot compile `pattern`, with the way out; empty when it can.
+  static std::string regex_problem(const std::string& pattern);
 
   // Whether the parameter at `parameter_path` ("model.layers.0.mlp.experts.down_proj") gets an
   // adapter through target_parameters.
@@ -87,10 +97,11 @@ struct LoraConfig {
                 ": lora_dropout is ",
                 dropout,
                 "; it must be in [0, 1) (0 disables it, typical: 0.05)");
-    TORCH_CHECK(target_all_linear || !target_modules.empty() || !target_parameters.empty(),
-                where,
-                ": no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj, ...]) "
-                "or target every linear layer (lora_target_linear: true)");
+    TORCH_CHECK(
+        target_all_linear || !target_modules.empty() || !target_modules_regex.empty() || !target_parameters.empty(),
+        where,
+        ": no LoRA target modules; list them (lora_target_modules: [q_proj, k_proj, v_proj, o_proj, ...]) "
+        "or target every linear layer (lora_target_linear: true)");
     TORCH_CHECK(target_parameters.empty() || dropout == 0,
                 where,
                 ": lora_dropout is ",
@@ -110,6 +121,10 @@ struct LoraConfig {
                   ": LoRA target module '",
                   entry,
                   "' is not a module name; use a name such as q_proj or a dotted suffix such as self_attn.q_proj");
+    }
+    if (!target_modules_regex.empty()) {
+      const std::string problem = regex_problem(target_modules_regex);
+      TORCH_CHECK(problem.empty(), where, ": target_modules ", problem);
     }
   }
 };

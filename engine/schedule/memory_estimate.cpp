@@ -129,7 +129,7 @@ std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
 // B [out, r]; per targeted expert parameter A [r E, in] and B [out, r E] (Note [Expert LoRA
 // layout]).
 std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::LoraConfig& lora, int64_t layer) {
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  const std::string prefix = c.weight_prefix + "layers." + std::to_string(layer) + ".";
   std::vector<int64_t> sizes;
   for (const Linear& l : layer_linears(c, layer)) {
     if (l.present && !l.expert && lora.targets(prefix + l.module)) {
@@ -230,7 +230,7 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const int64_t kv_heads = attention.num_kv_heads;
   const int64_t qd = c.num_heads * attention.head_dim, kvd = kv_heads * attention.head_dim;
   const auto linears = layer_linears(c, layer);
-  const std::string prefix = "model.layers." + std::to_string(layer) + ".";
+  const std::string prefix = c.weight_prefix + "layers." + std::to_string(layer) + ".";
   auto targeted = [&](const Linear& l) -> int64_t { return l.present && shape.lora.targets(prefix + l.module); };
   std::array<int64_t, 7> adapted{};  // q, k, v, o, and the dense MLP's gate, up, down
   for (size_t j = 0; j < 4; ++j) adapted[j] = targeted(linears[j]);

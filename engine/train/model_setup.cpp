@@ -85,6 +85,7 @@ lora::LoraConfig lora_config(const config::RunConfig& config) {
   c.alpha = config.lora_alpha;
   c.dropout = config.lora_dropout;
   c.target_modules = config.lora_target_modules;
+  c.target_modules_regex = config.lora_target_modules_regex;
   c.target_all_linear = config.lora_target_linear;
   c.use_rslora = config.peft_use_rslora;
   c.target_parameters = config.lora_target_parameters;

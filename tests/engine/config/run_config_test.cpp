@@ -485,8 +485,15 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "learning_rate: [1]\n", {}, "run.yaml:3:16: learning_rate: expected a number, got a list"},
       {kHead + "lora_target_modules: q_proj\n",
        {},
-       "run.yaml:3:22: lora_target_modules: expected a list of module names, got 'q_proj'; write e.g. [q_proj, "
-       "v_proj]"},
+       "run.yaml:3:22: lora_target_modules: 'q_proj' is one string, which PEFT reads as a regular expression the "
+       "whole module name must match, and no module name such as model.layers.0.self_attn.q_proj is just that; "
+       "write a list, e.g. [q_proj], or a pattern, e.g. .*\\.q_proj"},
+      {kHead + "lora_target_modules: '(?<=x)q_proj'\n",
+       {},
+       "run.yaml:3:22: lora_target_modules: '(?<=x)q_proj' is not a regular expression qtrain can read"},
+      {kHead + "lora_target_modules: {q: 1}\n",
+       {},
+       "run.yaml:3:22: lora_target_modules: expected a list of module names, got a map; write e.g. [q_proj, v_proj]"},
       {kHead + "lora_target_modules: [q_proj, '.*_proj']\n",
        {},
        "run.yaml:3:31: lora_target_modules[1]: '.*_proj' is not a module name"},
@@ -991,6 +998,9 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
   configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0"}));
+  configs.push_back(parse(kMinimal, {"lora_target_modules='model.layers.[\\d]+.self_attn.(q|v)_proj'"}));
+  EXPECT_EQ(configs.back().lora_target_modules_regex, "model.layers.[\\d]+.self_attn.(q|v)_proj");
+  EXPECT_TRUE(configs.back().lora_target_modules.empty());
   configs.push_back(parse(kMinimal, {"gpu_memory_limit=1000001B"}));
   configs.push_back(parse(kMinimal,
                           {"special_tokens={pad_token: \"<|end_of_text|>\", eos_token: \"<|im_end|>\"}",

@@ -225,6 +225,27 @@ TEST_F(PeftAdapterTest, RoundTripsConfigAndWeights) {
   }
 }
 
+// A regular expression is written as target_modules as given (PEFT writes a string target_modules
+// back as it read it): here it adapts layer 1's q_proj and no other q_proj, which the list of last
+// components ["q_proj", "v_proj"] would widen to layer 0's.
+TEST_F(PeftAdapterTest, RoundTripsARegularExpressionAsTargetModules) {
+  LoraConfig c = small_config();
+  c.target_modules.clear();
+  c.target_modules_regex = "model\\.layers\\.(0\\.self_attn\\.v|1\\.self_attn\\.(q|v))_proj";
+  auto adapters = small_adapters(c);
+  adapters.erase("model.layers.0.self_attn.q_proj");
+  save_peft_adapter(dir_ / "adapter", c, adapters, "base");
+  EXPECT_EQ(read_json(dir_ / "adapter" / "adapter_config.json")["target_modules"], c.target_modules_regex);
+  const LoadedAdapter loaded = load_peft_adapter(dir_ / "adapter");
+  EXPECT_EQ(loaded.config.target_modules_regex, c.target_modules_regex);
+  EXPECT_TRUE(loaded.config.target_modules.empty());
+  EXPECT_FALSE(loaded.config.targets("model.layers.0.self_attn.q_proj"));
+  expect_same_adapters(loaded.adapters, adapters);
+  // An adapter for a module the expression does not match is refused when saving.
+  expect_error([&] { save_peft_adapter(dir_ / "other", c, small_adapters(c), "base"); },
+               "module 'model.layers.0.self_attn.q_proj' has an adapter but the config does not target it");
+}
+
 TEST_F(PeftAdapterTest, RoundTripsRsLoraFractionalAlphaAndNoBaseModel) {
   LoraConfig c = small_config();
   c.use_rslora = true;
@@ -447,11 +468,14 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "\"r\" is missing; it must be the LoRA rank, an integer",
        config_name},
       {"zero_r", edit_config([](json& j) { j["r"] = 0; }), "LoRA rank r is 0; it must be at least 1", config_name},
-      {"regex_targets",
-       edit_config([](json& j) { j["target_modules"] = ".*\\.(q|v)_proj"; }),
-       "\"target_modules\" is the regular expression \".*\\\\.(q|v)_proj\", which is not supported; write it as a "
-       "list",
+      {"unreadable_regex_targets",
+       edit_config([](json& j) { j["target_modules"] = "(?P<name>q|v)_proj"; }),
+       "target_modules '(?P<name>q|v)_proj' is not a regular expression qtrain can read",
        config_name},
+      {"regex_missing_a_module",
+       edit_config([](json& j) { j["target_modules"] = "model\\.layers\\.\\d+\\.self_attn\\.q_proj"; }),
+       "has weights for module 'model.layers.0.self_attn.v_proj', but \"target_modules\" in ",
+       weights_name},
       {"untargeted_module",
        edit_config([](json& j) { j["target_modules"] = {"q_proj"}; }),
        "has weights for module 'model.layers.0.self_attn.v_proj', but \"target_modules\" in ",

@@ -93,6 +93,35 @@ TEST(LoraConfigTest, AllLinearTargetsEveryLinearButTheHead) {
   EXPECT_TRUE(c.targets("lm_head"));
 }
 
+// PEFT reads a string target_modules as a regular expression the whole module name must match
+// (re.fullmatch). The pattern is axolotl's Gemma 4 26B-A4B example's, over the names of a
+// multimodal Gemma 4 folder: attention and MLP projections of every layer, with or without FSDP's
+// _checkpoint_wrapped_module, and nothing else.
+TEST(LoraConfigTest, ARegularExpressionMustMatchTheWholeModuleName) {
+  LoraConfig c = config_with(8, 16);
+  c.target_modules.clear();
+  c.target_modules_regex =
+      "model.language_model.layers.[\\d]+.(_checkpoint_wrapped_module.)?(mlp|self_attn).(up|down|gate|q|k|v|o)_proj";
+  c.validate("run.yaml");
+  for (const char* yes : {"model.language_model.layers.0.self_attn.q_proj",
+                          "model.language_model.layers.29.self_attn.o_proj",
+                          "model.language_model.layers.3.mlp.down_proj",
+                          "model.language_model.layers.3._checkpoint_wrapped_module.mlp.gate_proj"}) {
+    EXPECT_TRUE(c.targets(yes)) << yes;
+  }
+  for (const char* no : {"model.layers.0.self_attn.q_proj",  // not the multimodal name: fullmatch, not search
+                         "model.language_model.layers.0.self_attn.q_norm",
+                         "model.language_model.layers.0.router.proj",
+                         "model.language_model.layers.0.self_attn.q_proj.base_layer",
+                         "lm_head"}) {
+    EXPECT_FALSE(c.targets(no)) << no;
+  }
+  // Python syntax that ECMAScript lacks is refused by name, not misread.
+  c.target_modules_regex = "(?P<proj>q|v)_proj";
+  expect_error([&] { c.validate("run.yaml"); },
+               "run.yaml: target_modules '(?P<proj>q|v)_proj' is not a regular expression qtrain can read");
+}
+
 TEST(LoraConfigTest, ValidationNamesTheValueAndTheFix) {
   const std::string where = "configs/run.yaml";
   expect_error([&] { config_with(0, 16).validate(where); },

@@ -332,6 +332,22 @@ TEST(MemoryEstimate, TheGroupedExpertKernelsWorkspaceIsAChunkOfExperts) {
   EXPECT_EQ(cap_delta(), 0);
 }
 
+// The plan names a layer's modules as the checkpoint does (model.language_model. in a multimodal
+// Gemma folder, as training attaches them), so a regular expression over those names counts the
+// same adapters.
+TEST(MemoryEstimate, LoraTargetsAreTheCheckpointsModuleNames) {
+  auto c = model::preset_config(model::Architecture::gemma3, "tiny");
+  MemoryShape shape;
+  shape.lora.target_modules_regex = "model\\.language_model\\.layers\\.\\d+\\.self_attn\\.q_proj";
+  c.weight_prefix = "model.language_model.";
+  const int64_t q_proj = shape.lora.r * (c.hidden_size + c.num_heads * c.head_dim);  // A and B
+  const int64_t lora = estimate_memory(c, shape).lora_bytes;
+  EXPECT_GT(lora, 0);
+  EXPECT_EQ(lora % (q_proj * c.num_layers), 0);
+  c.weight_prefix = "model.";
+  EXPECT_EQ(estimate_memory(c, shape).lora_bytes, 0);
+}
+
 // On CUDA, k and v are expanded to every query head where flash cannot run (Note [Which CUDA
 // attention kernel], ops/nn/attention.cpp): unpacked, Gemma 4's global layers (head_dim 512, 16
 // query heads over 2) keep the expanded copies, its sliding layers (head_dim 256, no mask below
