@@ -4,10 +4,12 @@ One run (one import of transformers + peft, which is most of its time) does both
 
 1. Makes a tiny random LlamaForCausalLM (hidden 64, 2 layers, 4 heads, 2 kv heads, intermediate
    128, vocab 128) and saves it to WORK/base.
-2. With --qtrain-adapter DIR --qtrain-expected FILE: loads the adapter qtrain wrote into that base
-   with PeftModel.from_pretrained and checks that every LoRA weight and scaling PEFT ends up with
-   is what qtrain meant (FILE holds "<module>.lora_A" / "<module>.lora_B" and the scaling), that
-   exactly those modules got adapters, and that the model runs. Exits 1 listing every mismatch.
+2. With --qtrain-adapter DIR --qtrain-expected FILE (repeatable, in pairs): loads each adapter
+   qtrain wrote into that base with PeftModel.from_pretrained and checks that every LoRA weight and
+   scaling PEFT ends up with is what qtrain meant (FILE holds "<module>.lora_A" / "<module>.lora_B",
+   the scaling, and where qtrain wrote a regular expression as target_modules, that expression),
+   that exactly those modules got adapters, and that the model runs. Exits 1 listing every
+   mismatch.
 3. Makes a PEFT adapter (r 4, alpha 8, dropout 0.1 on q/k/o/gate_proj, PEFT's init, then random B)
    with get_peft_model + save_pretrained into WORK/peft_adapter, and writes
    WORK/peft_expected.safetensors for qtrain to compare with:
@@ -18,7 +20,7 @@ One run (one import of transformers + peft, which is most of its time) does both
                                  torch.manual_seed(7)), and through peft's bitsandbytes Linear4bit
                                  LoRA layer in bf16 (QLoRA's path: delta rounded to bf16, then added)
 
-    python scripts/reference/peft_reference.py --work DIR [--qtrain-adapter DIR --qtrain-expected FILE]
+    python scripts/reference/peft_reference.py --work DIR [--qtrain-adapter DIR --qtrain-expected FILE ...]
 """
 
 import argparse
@@ -61,15 +63,21 @@ def check_qtrain_adapter(base_path, adapter_dir, expected_file):
     with safe_open(expected_file, "pt") as f:
         expected = {k: f.get_tensor(k) for k in f.keys()}
         scaling = float(f.metadata()["scaling"])
+        regex = f.metadata().get("target_modules_regex")
     modules = sorted({k.rsplit(".", 1)[0] for k in expected})
 
     model = PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base_path), adapter_dir)
     cfg = model.peft_config["default"]
     if cfg.peft_type.value != "LORA" or cfg.task_type != "CAUSAL_LM":
         errors.append(f"peft_type/task_type: {cfg.peft_type} {cfg.task_type}")
-    want_targets = sorted({m.rsplit(".", 1)[1] for m in modules})
-    if sorted(cfg.target_modules) != want_targets:
-        errors.append(f"target_modules {sorted(cfg.target_modules)} != {want_targets}")
+    if regex is not None:
+        # A string target_modules: peft matches it against whole module names (re.fullmatch).
+        if cfg.target_modules != regex:
+            errors.append(f"target_modules {cfg.target_modules!r} != the regular expression {regex!r}")
+    else:
+        want_targets = sorted({m.rsplit(".", 1)[1] for m in modules})
+        if sorted(cfg.target_modules) != want_targets:
+            errors.append(f"target_modules {sorted(cfg.target_modules)} != {want_targets}")
 
     layers = lora_layers(model)
     if sorted(layers) != modules:
@@ -157,13 +165,15 @@ def make_peft_adapter(base_path, work):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--qtrain-adapter")
-    parser.add_argument("--qtrain-expected")
+    parser.add_argument("--qtrain-adapter", action="append", default=[])
+    parser.add_argument("--qtrain-expected", action="append", default=[])
     args = parser.parse_args()
+    if len(args.qtrain_adapter) != len(args.qtrain_expected):
+        parser.error("give --qtrain-adapter and --qtrain-expected in pairs")
     base_path = make_base(args.work)
     errors = []
-    if args.qtrain_adapter:
-        errors = check_qtrain_adapter(base_path, args.qtrain_adapter, args.qtrain_expected)
+    for adapter, expected in zip(args.qtrain_adapter, args.qtrain_expected):
+        errors += [f"{adapter}: {e}" for e in check_qtrain_adapter(base_path, adapter, expected)]
     make_peft_adapter(base_path, args.work)
     for e in errors:
         print("MISMATCH:", e, file=sys.stderr)

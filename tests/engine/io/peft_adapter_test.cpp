@@ -553,23 +553,22 @@ class PeftInteropTest : public PeftAdapterTest {
   std::string python_;
 };
 
-// One run of the reference script does both directions (see its docstring): its import of
-// transformers and peft is most of the test's time.
-TEST_F(PeftInteropTest, AdaptersAndNumericsMatchPeft) {
-  // (a) qtrain -> peft: rsLoRA with r 6, so PEFT must reproduce alpha / sqrt(r) exactly.
-  LoraConfig ours;
-  ours.r = 6;
-  ours.alpha = 12;
-  ours.dropout = 0.05;
-  ours.use_rslora = true;
-  ours.target_modules = {"q_proj", "v_proj", "down_proj"};
+// qtrain's adapter for the modules of kQtrainModules in both layers that `config` targets, saved
+// into dir/NAME, and what PEFT must end up with into dir/NAME_expected.safetensors (the weights,
+// the scaling and a regular expression target_modules); returns the reference script's arguments
+// for the pair.
+std::string write_qtrain_adapter(const fs::path& dir,
+                                 const std::string& name,
+                                 const LoraConfig& config,
+                                 uint64_t seed) {
   std::map<std::string, LoraAdapter> adapters;
   std::vector<std::pair<std::string, at::Tensor>> expected;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(42);
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (int layer = 0; layer < 2; ++layer) {
     for (const ModuleShape& m : kQtrainModules) {
       const std::string module = "model.layers." + std::to_string(layer) + "." + m.name;
-      LoraAdapter ad = lora::lora_init(m.in, m.out, ours, gen);
+      if (!config.targets(module)) continue;
+      LoraAdapter ad = lora::lora_init(m.in, m.out, config, gen);
       {
         at::NoGradGuard no_grad;
         ad.b.normal_(0, 0.05, gen);
@@ -579,18 +578,41 @@ TEST_F(PeftInteropTest, AdaptersAndNumericsMatchPeft) {
       adapters.emplace(module, ad);
     }
   }
-  const fs::path qtrain_adapter = dir_ / "qtrain_adapter";
-  save_peft_adapter(qtrain_adapter, ours, adapters, (dir_ / "base").string());
+  const fs::path adapter = dir / name;
+  save_peft_adapter(adapter, config, adapters, (dir / "base").string());
   char scaling[64];
-  std::snprintf(scaling, sizeof scaling, "%.17g", ours.scaling());
-  safetensors_save(dir_ / "qtrain_expected.safetensors", expected, {{"scaling", scaling}});
+  std::snprintf(scaling, sizeof scaling, "%.17g", config.scaling());
+  std::map<std::string, std::string> metadata = {{"scaling", scaling}};
+  if (!config.target_modules_regex.empty()) metadata["target_modules_regex"] = config.target_modules_regex;
+  const fs::path want = dir / (name + "_expected.safetensors");
+  safetensors_save(want, expected, metadata);
+  return " --qtrain-adapter '" + adapter.string() + "' --qtrain-expected '" + want.string() + "'";
+}
+
+// One run of the reference script does both directions (see its docstring): its import of
+// transformers and peft is most of the test's time.
+TEST_F(PeftInteropTest, AdaptersAndNumericsMatchPeft) {
+  // (a) qtrain -> peft: rsLoRA with r 6, so PEFT must reproduce alpha / sqrt(r) exactly; and a
+  // regular expression that adapts layer 0's down_proj and layer 1's q_proj and v_proj only, which
+  // PEFT must read as written (a list of last components would widen it to both layers).
+  LoraConfig ours;
+  ours.r = 6;
+  ours.alpha = 12;
+  ours.dropout = 0.05;
+  ours.use_rslora = true;
+  ours.target_modules = {"q_proj", "v_proj", "down_proj"};
+  LoraConfig pattern;
+  pattern.r = 4;
+  pattern.alpha = 8;
+  pattern.target_modules_regex = "model\\.layers\\.(0\\.mlp\\.down|1\\.self_attn\\.(q|v))_proj";
+  const std::string adapters_args =
+      write_qtrain_adapter(dir_, "qtrain_adapter", ours, 42) + write_qtrain_adapter(dir_, "qtrain_regex", pattern, 43);
 
   // QTRAIN_SOURCE_DIR: the repository root, a compile definition of the test target.
   const fs::path script = fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/peft_reference.py";
   const fs::path log = dir_ / "peft_reference.log";
-  const std::string command = "'" + python_ + "' '" + script.string() + "' --work '" + dir_.string() +
-                              "' --qtrain-adapter '" + qtrain_adapter.string() + "' --qtrain-expected '" +
-                              (dir_ / "qtrain_expected.safetensors").string() + "' > '" + log.string() + "' 2>&1";
+  const std::string command = "'" + python_ + "' '" + script.string() + "' --work '" + dir_.string() + "'" +
+                              adapters_args + " > '" + log.string() + "' 2>&1";
   const int status = std::system(command.c_str());
   ASSERT_EQ(status, 0) << "peft rejected or misread qtrain's adapter, or the script failed:\n"
                        << command << "\n"
