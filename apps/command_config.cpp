@@ -10,6 +10,7 @@ engine::config::RunConfig load_command_config(const std::string& file, const std
   if (const std::string note = engine::config::ignored_keys_note(config); !note.empty()) {
     engine::dist::log_warning(file + ": " + note);
   }
+  for (const std::string& warning : config.warnings) engine::dist::log_warning(warning);
   return config;
 }
 

@@ -51,7 +51,9 @@ void add_init_model_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", o->out, "output folder (new, or empty)")->required();
   cmd->add_flag("--overwrite", o->overwrite, "write into a --out folder that already holds files");
-  cmd->add_option("--seed", o->seed, "random seed of the weights")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed of the weights (0 or more)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--layers", o->layers, "keep only the preset's first N layers (default: all)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 14));
   cmd->add_option("--dtype", o->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();

@@ -102,28 +102,6 @@ void EntrySet::add_bnb_kwargs(const Entry& entry) {
   }
 }
 
-Entry parse_override(const std::string& argument) {
-  const size_t eq = argument.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    TORCH_CHECK(false,
-                "--set ",
-                argument,
-                ": expected key=value, got '",
-                argument,
-                "'; write e.g. --set lora_r=16 or --set lora_target_modules=[q_proj,v_proj]");
-  }
-  const Origin origin = Origin::set_argument(argument);
-  Entry entry{argument.substr(0, eq), YAML::Node(), YAML::Node(), origin};
-  try {
-    entry.value = YAML::Load(argument.substr(eq + 1));
-  } catch (const YAML::Exception& e) {
-    fail(origin.whole(),
-         entry.key,
-         "the value is not valid YAML (" + e.msg + "); quote it, or check the brackets of a list [a, b] or map {k: v}");
-  }
-  return entry;
-}
-
 // Note [Stray comma]
 // yaml-cpp 0.7 reads a `,` outside brackets at the top level as an empty document without
 // consuming it, so YAML::LoadAll never returns on such a file (fuzz/run_config_fuzz found it; the
@@ -146,16 +124,55 @@ class IgnoreEvents : public YAML::EventHandler {
   void OnMapEnd() override {}
 };
 
+// The YAML documents in `text`, counted up to kMaxYamlDocuments + 1 (See Note [Stray comma]).
+size_t count_documents(const std::string& text) {
+  size_t documents = 0;
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  IgnoreEvents ignore;
+  while (documents <= kMaxYamlDocuments && parser.HandleNextDocument(ignore)) ++documents;
+  return documents;
+}
+
 }  // namespace
+
+Entry parse_override(const std::string& argument) {
+  const size_t eq = argument.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    TORCH_CHECK(false,
+                "--set ",
+                argument,
+                ": expected key=value, got '",
+                argument,
+                "'; write e.g. --set lora_r=16 or --set lora_target_modules=[q_proj,v_proj]");
+  }
+  const Origin origin = Origin::set_argument(argument);
+  Entry entry{argument.substr(0, eq), YAML::Node(), YAML::Node(), origin};
+  const std::string text = argument.substr(eq + 1);
+  size_t documents = 0;
+  try {
+    documents = count_documents(text);
+    // YAML::Load would keep the first document and drop the rest without a word.
+    if (documents <= 1) entry.value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail(origin.whole(),
+         entry.key,
+         "the value is not valid YAML (" + e.msg + "); quote it, or check the brackets of a list [a, b] or map {k: v}");
+  }
+  if (documents > 1) {
+    fail(origin.whole(),
+         entry.key,
+         "the value holds several YAML documents (a --- line, or a , outside brackets); a value is one: quote it, "
+         "or put a list in brackets [a, b]");
+  }
+  return entry;
+}
 
 YAML::Node load_document(const std::string& text, const std::string& source) {
   size_t documents = 0;
   YAML::Node root;
   try {
-    std::istringstream stream(text);
-    YAML::Parser parser(stream);
-    IgnoreEvents ignore;
-    while (documents <= kMaxYamlDocuments && parser.HandleNextDocument(ignore)) ++documents;
+    documents = count_documents(text);
     if (documents == 1) root = YAML::Load(text);
   } catch (const YAML::ParserException& e) {
     TORCH_CHECK(false,

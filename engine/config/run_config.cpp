@@ -551,12 +551,14 @@ RunConfig read_config(Reader& r) {
   });
 
   r.guard({"warmup_steps", "max_steps"}, [&] {
+    // A short trial run (--set max_steps=8) of a config with warmup: transformers and axolotl run
+    // it with the learning rate still rising at the end, and so does qtrain, saying so.
     if (c.max_steps > 0 && c.warmup_steps > c.max_steps) {
-      fail(r.place_of("warmup_steps"),
-           "warmup_steps",
-           std::to_string(c.warmup_steps) + " is more than max_steps (" + std::to_string(c.max_steps) + ", at " +
-               r.place_of("max_steps") +
-               "), so the learning rate would never reach learning_rate; use fewer warmup steps or warmup_ratio");
+      c.warnings.push_back(r.place_of("warmup_steps") + ": warmup_steps " + std::to_string(c.warmup_steps) +
+                           " is more than max_steps (" + std::to_string(c.max_steps) + ", at " +
+                           r.place_of("max_steps") + "): the learning rate rises for the whole run, to " +
+                           std::to_string(c.max_steps) + "/" + std::to_string(c.warmup_steps) +
+                           " of learning_rate, as transformers and axolotl run it");
     }
   });
 

@@ -275,6 +275,9 @@ struct RunConfig {
   // that qtrain therefore accepts and ignores, each as "key (why)". Commands print them once
   // (ignored_keys_note). to_yaml does not write them.
   std::vector<std::string> ignored_keys;
+  // Not a key: settings that run, as transformers and axolotl run them, but likely not as meant,
+  // each a sentence that starts with where it was written. Commands print each as a warning.
+  std::vector<std::string> warnings;
 
   bool operator==(const RunConfig&) const = default;
 };

@@ -505,6 +505,12 @@ TEST_F(Commands, InitModelWritesAFolderTransformersLoads) {
             0);
   EXPECT_TRUE(at::equal(folder.tensor("model.embed_tokens.weight"),
                         engine::io::HfFolder::open(dir_ / "again").tensor("model.embed_tokens.weight")));
+  // A negative seed is refused, not wrapped to 18446744073709551615.
+  const auto negative =
+      run(qtrain() + " init-model --arch qwen3 --preset tiny --seed -1 --out " + (dir_ / "negative").string(), true);
+  EXPECT_NE(negative.status, 0);
+  EXPECT_NE(negative.out.find("--seed"), std::string::npos) << negative.out;
+  EXPECT_FALSE(fs::exists(dir_ / "negative"));
   if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   engine::io::safetensors_save(
       dir_ / "tiny_inputs.safetensors",
