@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "engine/data/byte_tokenizer.h"
+#include "engine/data/pretokenized.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -94,6 +96,22 @@ TEST_F(DatasetTest, AlpacaMasksBosAndPromptUnlessTrainOnInputs) {
 
   const auto trained = load_dataset(d, &tok_, 1024, true);
   for (const auto& s : trained) EXPECT_EQ(s.labels, s.input_ids);
+}
+
+// A row too large for memory (a 100 MB row of ids took 3 GB to parse) ends in an error that names
+// the file, the line and the row's size, not in a bare std::bad_alloc.
+TEST_F(DatasetTest, ARowThatRunsOutOfMemoryIsNamed) {
+  std::ofstream(dir_ / "rows.jsonl") << "{\"input_ids\": [1]}\n\n{\"input_ids\": [1, 2, 3]}\n";
+  int64_t visited = 0;
+  test::expect_error(
+      [&] {
+        for_each_jsonl_row(dir_ / "rows.jsonl", [&](const auto& row, const auto&) {
+          ++visited;
+          if (row.at("input_ids").size() > 1) throw std::bad_alloc();
+        });
+      },
+      (dir_ / "rows.jsonl").string() + ":3: reading this row of 2.4e-05 MB ran out of memory");
+  EXPECT_EQ(visited, 2);
 }
 
 TEST_F(DatasetTest, PretokenizedWithAndWithoutType) {
