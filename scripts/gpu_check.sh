@@ -20,6 +20,8 @@
 #     scripts/device_kit.sh                            # here, once: makes device-kit/ (< 64 MiB)
 #     run: scripts/gpu_check.sh   carrying device-kit, timeout_s 600   # on the GPU machine
 #
+# QTRAIN_GPU_CHECK_BENCHMARKS=0 stops after the GPU tests (to check a fix to them in a short call).
+#
 # Without a GPU every stage that needs one says "skipped: no GPU" and the rest must pass:
 # scripts/gpu_rehearsal.sh runs it so on this CPU machine, against a copy of the GPU machine's
 # Python packages, with QTRAIN_GPU_CHECK_CPU_BENCH=1 (each benchmark, skipped, also runs its own
@@ -196,6 +198,8 @@ preset="${QTRAIN_GPU_CHECK_PRESET:-llama3.2-1b}"
 benchmarks=(moe-gpu-step gpu-train-step offload-sweep)
 if [ $built = 0 ]; then
   for b in "${benchmarks[@]}"; do skip "$b" "the build did not complete"; done
+elif [ "${QTRAIN_GPU_CHECK_BENCHMARKS:-1}" = 0 ]; then
+  for b in "${benchmarks[@]}"; do skip "$b" "QTRAIN_GPU_CHECK_BENCHMARKS=0"; done
 elif [ "$has_gpu" = 1 ]; then
   stage moe-gpu-step 240 "$python" "$root/bench/moe_gpu_step.py" --build "$build" --layers 6 \
     --seq 2048 --steps 6 --runs nf4,int8-all --models "$models"
