@@ -139,11 +139,20 @@ build_targets() {
   time cmake --build "$build" -j "$(nproc)" --target qtrain qtrain_gpu_tests -- -k 0
 }
 
+# Fails on a library the loader cannot find. It also logs what Note [libtorch exports
+# std::filesystem] (engine/io/remove_tree.h) needs to explain the first GPU run's binding: the
+# order of each binary's needed libraries, its std::filesystem imports without a libstdc++ version
+# (bound to libtorch's copy at link time), and the link line.
 missing_libraries() {
   local bad=0
   for bin in "$build/apps/qtrain" "$build/tests/qtrain_gpu_tests"; do
     if ldd "$bin" | grep 'not found'; then bad=1; fi
+    echo "$bin: needed $(readelf -d "$bin" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | head -4 | tr '\n' ' ')"
+    local imports
+    imports=$(objdump -T "$bin" | grep 'UND.*St10filesystem')
+    echo "$bin: std::filesystem imports without a version: $(grep -vc GLIBCXX <<<"$imports") of $(wc -l <<<"$imports")"
   done
+  (cd "$build" && ninja -t commands apps/qtrain | tail -1)
   return $bad
 }
 

@@ -16,6 +16,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/io/remove_tree.h"
 #include "engine/model/init_model.h"
 #include "engine/model/model_config.h"
 
@@ -48,7 +49,7 @@ class LlamaFixture {
                                                                {"high_freq_factor", 4.0},
                                                                {"original_max_position_embeddings", 64}}}},
                                               "the test llama fixture");
-    std::filesystem::remove_all(base);
+    engine::io::remove_tree(base);
     engine::model::write_random_model(base, config, /*seed=*/7);
     auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
     ids = at::randint(config.vocab_size, {2, 24}, gen, at::TensorOptions().dtype(at::kLong));
@@ -58,7 +59,7 @@ class LlamaFixture {
   }
   ~LlamaFixture() {
     std::error_code ignored;
-    std::filesystem::remove_all(base, ignored);
+    engine::io::remove_tree(base, ignored);
   }
   LlamaFixture(const LlamaFixture&) = delete;
   LlamaFixture& operator=(const LlamaFixture&) = delete;

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 
 namespace qtrain::test {
 
@@ -53,7 +54,7 @@ ScriptTensors run_reference_script(const std::string& script, const std::string&
     // The tensors map the file, which stays readable after the folder is removed.
     r.tensors = engine::io::safetensors_load(file);
   }
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
   return r;
 }
 

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/io/remove_tree.h"
+
 namespace qtrain::test {
 
 // The folder's path, emptied (removed if it exists); `create` makes it afresh.
@@ -16,7 +18,7 @@ inline std::filesystem::path fresh_test_dir(bool create) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const auto dir = std::filesystem::temp_directory_path() / ("qtrain_" + std::string(info->test_suite_name()) + "_" +
                                                              info->name() + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  engine::io::remove_tree(dir);
   if (create) std::filesystem::create_directories(dir);
   return dir;
 }

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/text/json_depth.h"
 #include "engine/text/regular_file.h"
@@ -47,7 +48,7 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
   ~TempDir() {
     std::error_code ec;
-    fs::remove_all(path, ec);
+    remove_tree(path, ec);
   }
 };
 
@@ -434,7 +435,7 @@ void save_peft_adapter(const fs::path& dir,
   fs::create_directories(parent);
 
   const TempDir tmp(parent / (target.filename().string() + ".tmp"));  // a leftover from a crash goes too
-  fs::remove_all(tmp.path);
+  remove_tree(tmp.path);
   fs::create_directory(tmp.path);
   safetensors_save(tmp.path / kPeftWeightsFile, tensors);
   write_file_synced(tmp.path / kPeftConfigFile, config_text);
@@ -459,7 +460,7 @@ void save_peft_adapter(const fs::path& dir,
                 ": ",
                 std::strerror(errno));
     const TempDir old(parent / (target.filename().string() + ".old"));
-    fs::remove_all(old.path);
+    remove_tree(old.path);
     fs::rename(target, old.path);
     fs::rename(tmp.path, target);
   }

@@ -8,6 +8,7 @@
 
 #include "engine/io/path_within.h"
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/train/metrics_log.h"
 #include "engine/train/run_state.h"
 
@@ -58,7 +59,7 @@ fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
     return p.filename() == kMetricsFile || p.filename() == kTensorBoardDir;
   });
   if (c.auto_resume_from_checkpoints && only_logs) {
-    for (const auto& path : found) fs::remove_all(path);
+    for (const auto& path : found) io::remove_tree(path);
     std::fprintf(log,
                  "output_dir: an earlier attempt left no checkpoint; starting afresh in place of its %s "
                  "(auto_resume_from_checkpoints: true)\n",
@@ -73,7 +74,7 @@ fs::path prepare_output_dir(const config::RunConfig& c, std::FILE* log) {
               "); a new run there would mix its checkpoints with the old ones. Continue it with "
               "resume_from_checkpoint: true, choose another output_dir, or set overwrite_output_dir: true to "
               "delete the old run's files");
-  for (const auto& path : found) fs::remove_all(path);
+  for (const auto& path : found) io::remove_tree(path);
   std::fprintf(log, "output_dir: removed the earlier run's %s (overwrite_output_dir: true)\n", names(found).c_str());
   return resume;
 }

@@ -11,6 +11,7 @@
 #include "engine/config/run_limits.h"
 #include "engine/io/crc32c.h"
 #include "engine/io/durable_file.h"
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/text/json_depth.h"
 #include "engine/text/regular_file.h"
@@ -145,7 +146,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
                          const std::string& run_config_yaml) {
   const auto final_dir = output_dir / ("checkpoint-" + std::to_string(state.global_step));
   const auto tmp = output_dir / ("checkpoint-" + std::to_string(state.global_step) + ".tmp");
-  fs::remove_all(tmp);  // a leftover of a crash during an earlier write
+  io::remove_tree(tmp);  // a leftover of a crash during an earlier write
   try {
     fs::create_directories(tmp);
     io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
@@ -171,7 +172,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
     // A full disk, a quota, an I/O error: the half-written folder goes (freeing what it took),
     // and the message says what is still there to resume from.
     std::error_code ignored;
-    fs::remove_all(tmp, ignored);
+    io::remove_tree(tmp, ignored);
     const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     const std::string why = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
     const auto earlier = list_checkpoints(output_dir);
@@ -186,7 +187,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
                 output_dir.string(),
                 " (or fix the cause above) and resume with resume_from_checkpoint: true");
   }
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // a re-run reaching the same step
+  if (fs::exists(final_dir)) io::remove_tree(final_dir);  // a re-run reaching the same step
   fs::rename(tmp, final_dir);
   io::fsync_dir(output_dir);
   return final_dir;
@@ -311,7 +312,7 @@ std::vector<fs::path> list_checkpoints(const fs::path& output_dir) {
 void prune_checkpoints(const fs::path& output_dir, int64_t keep) {
   if (keep <= 0) return;
   auto all = list_checkpoints(output_dir);
-  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove_all(all[i]);
+  for (size_t i = 0; i + keep < all.size(); ++i) io::remove_tree(all[i]);
 }
 
 }  // namespace qtrain::engine::train

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config/run_config.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/init_model.h"
 #include "engine/model/model_config.h"
 #include "tests/temp_dir.h"
@@ -86,7 +87,7 @@ class AxolotlExamples : public ::testing::Test {
                << "\n";
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // A tiny random model of `arch` with the stand-in tokenizer of its family.
   fs::path model(engine::model::Architecture arch, const std::string& tokenizer) const {

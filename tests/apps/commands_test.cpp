@@ -23,6 +23,7 @@
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/lora/lora_linear.h"
 #include "engine/model/init_model.h"
 #include "ops/quant/kbit.h"
@@ -75,7 +76,7 @@ class Commands : public testing::Test {
     reference_ = ref.tensor("nf4.loss").item<double>();
     reference_lora_ = ref.tensor("nf4.lora.loss").item<double>();
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   fs::path write_config(const fs::path& base) const {
     std::ofstream(dir_ / "qlora.yaml") << "base_model: " << base.string() << "\n"

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "engine/text/named_chat_template.h"
 #include "tests/expect_error.h"
 
@@ -297,10 +298,10 @@ class RunConfigFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("qtrain_run_config_test_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
     fs::create_directories(dir_ / "configs");
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   fs::path write(const std::string& name, const std::string& text) {
     const fs::path path = dir_ / name;

@@ -22,6 +22,7 @@
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/hf_tokenizer.h"
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -66,7 +67,7 @@ class ChatDatasetTest : public ::testing::Test {
     tok_ = std::make_unique<HfTokenizer>(HfTokenizer::load(tokenizer_dir_));
   }
   void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
+    if (!dir_.empty()) qtrain::engine::io::remove_tree(dir_);
   }
 
   config::DatasetConfig file(const std::string& text, const std::string& type = "chat_template") {

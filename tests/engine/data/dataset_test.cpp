@@ -15,6 +15,7 @@
 
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/pretokenized.h"
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -33,7 +34,7 @@ std::vector<int64_t> concat(std::initializer_list<std::vector<int64_t>> parts) {
 class DatasetTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   config::DatasetConfig file(const std::string& text, const std::string& type, const std::string& name = "data.jsonl") {
     std::ofstream(dir_ / name) << text;

@@ -21,6 +21,7 @@
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/hf_tokenizer.h"
+#include "engine/io/remove_tree.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain::engine::data {
@@ -144,7 +145,7 @@ TEST(LeadingTokens, AMultiMegabyteCompletionRowTokenizesOnlyAPrefix) {
     const auto whole = tokenizer->tokenize(std::string_view(text).substr(0, 200'000), true).ids;
     EXPECT_EQ(samples[0].input_ids, std::vector<int64_t>(whole.begin(), whole.begin() + 512));
   }
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 // The same for a conversation (Note [Long chat rows]): a 1.5 MB assistant turn after a
@@ -216,7 +217,7 @@ TEST(LeadingTokens, AMultiMegabyteConversationTokenizesOnlyAPrefix) {
     EXPECT_NE(what.find((dir / "chat.jsonl").string() + ":1: the conversation renders to "), std::string::npos) << what;
     EXPECT_NE(what.find("use excess_length_strategy: drop, or train_on_eot: turn"), std::string::npos) << what;
   }
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 
 #include "engine/data/dataset.h"
 #include "engine/data/hf_tokenizer.h"
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -64,7 +65,7 @@ std::string rows_of(const std::string& type, int n) {
 class RowMapTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   fs::path write(const std::string& text, const std::string& name = "data.jsonl") {
     std::ofstream(dir_ / name) << text;

@@ -16,6 +16,7 @@
 
 #include "engine/data/dataset.h"
 #include "engine/data/hf_tokenizer.h"
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -34,7 +35,7 @@ class SpecialTokensTest : public ::testing::Test {
       fs::copy_file(fs::path(fixtures) / "tokenizers" / "llama3" / f, dir_ / f);
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   std::unique_ptr<TextTokenizer> load(const config::SpecialTokens& tokens) const {
     return with_special_tokens(std::make_unique<HfTokenizer>(HfTokenizer::load(dir_)), tokens, "tokenizer.json");

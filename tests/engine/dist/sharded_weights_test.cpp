@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
 #include "tests/temp_dir.h"
@@ -159,7 +160,7 @@ TEST(ShardedWeights, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
   });
   for (int64_t r = 0; r < world; ++r) test::expect_same_steps(got[r], want, "rank " + std::to_string(r));
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 // Ranks that build a layer differently (here: another quantization) are told so by name at

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
@@ -98,7 +99,7 @@ void expect_same_4bit(const ops::Packed4bit& a, const ops::Packed4bit& b, const 
 class BnbCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // A folder holding `tensors`; returns it opened.
   HfFolder folder_with(const Tensors& tensors, const std::string& sub = "m") {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -46,7 +47,7 @@ TEST(Crc32cTest, AFileLargerThanOneBlockGivesTheChecksumOfItsBytes) {
   std::ofstream(dir / "f", std::ios::binary) << s;
   EXPECT_EQ(crc32c_of_file(dir / "f"), crc32c(s));
   test::expect_error([&] { crc32c_of_file(dir / "missing"); }, (dir / "missing").string() + " (");
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

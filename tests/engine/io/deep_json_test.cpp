@@ -11,6 +11,7 @@
 #include "engine/data/pretokenized.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
@@ -54,7 +55,7 @@ TEST(DeepJson, EveryParserRefusesItWithTheFile) {
   write_text(dir / "rows.json", "[{\"text\": \"a\"}, {\"text\": " + kDeep + "}]");
   expect_error([&] { data::for_each_jsonl_row(dir / "rows.json", [](const auto&, const auto&) {}); },
                "rows.json: line 1, column 280: " + kTooDeep);
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

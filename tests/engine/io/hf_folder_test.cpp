@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 #include "tests/tiny_llama.h"
@@ -64,7 +65,7 @@ Tensors small_tensors() {
 class HfFolderTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/true); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // t0..t4 in three shards: [t0, t1], [t2, t3], [t4] with a 1000-byte limit.
   fs::path sharded_folder() {
@@ -288,7 +289,7 @@ TEST_F(HfFolderTest, NonFiniteWeightsAreRefusedNamingTheFileAndTheTensor) {
       at::Tensor damaged = at::ones({4, 8}, dtype);
       damaged[2][5] = bad;
       const fs::path model = dir_ / "model";
-      fs::remove_all(model);
+      qtrain::engine::io::remove_tree(model);
       save_hf_folder(model,
                      {{"model_type", "llama"}},
                      {{"good", at::ones({3}, dtype)}, {"ids", at::arange(4, at::kLong)}, {"w", damaged}});

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain::engine::io {
@@ -51,7 +52,7 @@ TEST(PathWithin, ComparesFoldersAsTheyAreOnDisk) {
   EXPECT_FALSE(path_within("out2", "out"));
   fs::current_path(cwd);
   EXPECT_EQ(resolved_path(dir / "out/"), resolved_path(dir / "link"));
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/lora/lora_config.h"
 #include "engine/lora/lora_linear.h"
@@ -146,10 +147,10 @@ class PeftAdapterTest : public ::testing::Test {
   void SetUp() override {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = fs::temp_directory_path() / ("qtrain_peft_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   fs::path dir_;
 };

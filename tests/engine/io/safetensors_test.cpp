@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 
 namespace qtrain::engine::io {
@@ -138,10 +139,10 @@ class SafetensorsTest : public ::testing::Test {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = std::filesystem::temp_directory_path() /
            ("qtrain_safetensors_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
     std::filesystem::create_directories(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   std::filesystem::path dir_;
 };

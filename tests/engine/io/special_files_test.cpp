@@ -17,6 +17,7 @@
 #include "engine/config/run_config.h"
 #include "engine/data/pretokenized.h"
 #include "engine/io/hf_folder.h"
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/text/tokenizer.h"
 #include "tests/temp_dir.h"
@@ -76,7 +77,7 @@ TEST(SpecialFiles, AFifoADeviceOrAFolderIsRefusedAtOnce) {
   fs::create_directories(dir / "tok" / "tokenizer.json");
   expect_refusal([&] { text::Tokenizer::load(dir / "tok"); },
                  "tokenizer.json is a folder, not a file; give the path of the file itself");
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 TEST(SpecialFiles, AConfigLargerThanAnyRealOneIsNotReadWhole) {
@@ -84,7 +85,7 @@ TEST(SpecialFiles, AConfigLargerThanAnyRealOneIsNotReadWhole) {
   std::ofstream(dir / "config.json") << "{}";
   fs::resize_file(dir / "config.json", (uint64_t{64} << 20) + 1);  // sparse: no 64 MB written
   expect_refusal([&] { io::HfFolder::open(dir); }, "config.json is 67108865 bytes, more than the 67108864");
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 #include "tests/tiny_llama.h"
@@ -55,7 +56,7 @@ TEST(LoraAttach, AnAdapterOfAnotherWidthIsRefusedNamingTheFileTheTensorAndBothSh
   const auto fits = adapter_for(dir / "hidden64", 64, 64, "");
   attach_lora(lm, io::load_peft_adapter(fits), fits.string());
   EXPECT_EQ(lora_adapters(lm).size(), 1u);
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -157,7 +158,7 @@ TEST(AdapterInterop, AnAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
   // The adapter must matter (B is non-zero), and peft must apply it exactly as qtrain does.
   EXPECT_GT(max_rel(logits, ref.tensor("fp32.logits")), 1e-3);
   EXPECT_LT(max_rel(logits, peft_logits), 2e-5);
-  std::filesystem::remove_all(tmp);
+  qtrain::engine::io::remove_tree(tmp);
 }
 
 std::vector<Case> cases() {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -315,7 +316,7 @@ TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) 
   schedule::LayerScheduler again_scheduler(again);
   EXPECT_TRUE(
       at::equal(again.logits(again_scheduler.eval_hidden(again_scheduler.prepare_eval(), ref.tensor("ids"))), logits));
-  std::filesystem::remove_all(tmp);
+  qtrain::engine::io::remove_tree(tmp);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/bnb_checkpoint.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/causal_lm.h"
 #include "tests/reference.h"
 #include "tests/temp_dir.h"
@@ -131,7 +132,7 @@ TEST_P(PlaceholderLayers, HaveTheShapesOfALoadWithoutItsValuesAndTheReadLayersAr
     }
   }
   EXPECT_GT(placeholders, 0);
-  if (c.prequantized) std::filesystem::remove_all(folder.parent_path());
+  if (c.prequantized) qtrain::engine::io::remove_tree(folder.parent_path());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families,

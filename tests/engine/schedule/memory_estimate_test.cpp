@@ -12,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/io/hf_folder.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/grouped_expert_linear.h"
 #include "engine/model/init_model.h"
@@ -171,7 +172,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       EXPECT_EQ(in.lora_bytes, lora_bytes);
     }
   }
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 // With the 8-bit AdamW the LoRA state is the float32 weights and gradients plus exactly what
@@ -203,7 +204,7 @@ TEST(MemoryEstimate, LoraStateWithThe8bitOptimizerIsWhatAdamW8bitHolds) {
   EXPECT_TRUE(some_8bit && some_32bit);
   shape.optimizer_8bit = false;
   EXPECT_EQ(estimate_memory(config, shape).lora_bytes, 2 * weights_and_grads);
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 // The dense part of Gemma-4-26B-A4B per layer against the parameter and byte counts computed
@@ -522,7 +523,7 @@ void check_activations(const model::ModelConfig& config) {
       }
     }
   }
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 class MemoryEstimateActivations : public testing::TestWithParam<model::Architecture> {};
@@ -607,7 +608,7 @@ void check_step_peak(const model::ModelConfig& config) {
           << "planned " << planned << " B, measured " << measured << " B";
     }
   }
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 TEST(MemoryEstimateStep, TheStepsPeakIsNeverAboveWhatThePlanReserves) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/io/remove_tree.h"
 #include "engine/text/regex.h"
 #include "engine/text/text_error.h"
 #include "engine/text/utf8.h"
@@ -192,7 +193,7 @@ TEST(Errors, UnsupportedComponentsNameTheFileAndPath) {
   write(j);
   expect_message([&] { Tokenizer::load(dir); }, {"tokenizer.json: post_processor.frobnicate", "not supported"});
   expect_message([&] { Tokenizer::load(dir / "nowhere"); }, {"tokenizer.json: not found"});
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 TEST(Errors, InvalidUtf8InputSaysWhere) {
@@ -210,7 +211,7 @@ TEST(Config, ReadsSpecialTokenNamesAndTheChatTemplate) {
   EXPECT_EQ(t.config().eos_token, "<|im_end|>");
   EXPECT_EQ(t.config().pad_token, "<pad>");
   EXPECT_EQ(t.config().chat_template, "{{ x }}");
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

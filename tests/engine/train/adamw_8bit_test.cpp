@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/train/adamw.h"
 #include "ops/quant/codebook.h"
@@ -178,7 +179,7 @@ TEST(AdamW8bit, ResumingFromSavedStateEqualsUninterruptedTrainingBitwise) {
   fs::create_directories(dir);
   io::safetensors_save(dir / "optimizer.safetensors", first.state_tensors());
   const auto loaded = io::safetensors_load(dir / "optimizer.safetensors");
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
   std::vector<at::Tensor> params;
   for (const auto& p : first.params()) params.push_back(p.detach().clone().requires_grad_(true));
   AdamW8bit resumed(params, test_options());

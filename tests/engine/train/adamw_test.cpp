@@ -11,6 +11,7 @@
 #include <bit>
 #include <filesystem>
 
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/train/clip_grad.h"
 #include "engine/train/lr_schedule.h"
@@ -163,7 +164,7 @@ TEST(AdamW, ResumingFromSavedStateEqualsUninterruptedTrainingBitwise) {
   for (const auto& p : first.params()) params.push_back(p.detach().clone().requires_grad_(true));
   AdamW resumed(params, test_options());
   resumed.load_state_tensors(loaded, (dir / "optimizer.safetensors").string());
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
   EXPECT_EQ(resumed.steps(), 10);
   train(resumed, schedule, 10, 20);
 

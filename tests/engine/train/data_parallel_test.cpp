@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
 #include "engine/train/data_parallel.h"
 #include "engine/train/run_state.h"
@@ -151,7 +152,7 @@ class DataParallel : public testing::Test {
                                      << "device: cpu\nlogging_steps: 1\nseed: 3\nsave_steps: 2\n"
                                      << "use_tensorboard: true\nddp_timeout: 60\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // `[PREFIX...] qtrain ARGS... cfg.yaml --set output_dir=NAME --set SETS...`; PREFIX starts
   // qtrain through another program (torchrun).

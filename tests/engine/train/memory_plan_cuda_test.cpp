@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config/run_config.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/init_model.h"
 #include "engine/train/trainer.h"
 #include "tests/temp_dir.h"
@@ -125,7 +126,7 @@ TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
     }
     EXPECT_EQ(rows, 3);
   }
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -57,7 +58,7 @@ std::vector<json> second_run() {
 class MetricsLogTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/false); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // Logs both runs, each through its own MetricsLog, as a run and its resumption would.
   std::vector<json> log_two_runs(bool tensorboard) {

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 
 namespace qtrain::engine::train {
@@ -21,14 +22,14 @@ class OutputDir : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("qtrain_output_dir_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
     fs::create_directories(dir_);
     c_.output_dir = dir_;
     log_ = std::tmpfile();
   }
   void TearDown() override {
     std::fclose(log_);
-    fs::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
   }
   // A complete checkpoint folder: its trainer_state.json marks it complete.
   void checkpoint(int step) const {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/io/crc32c.h"
+#include "engine/io/remove_tree.h"
 #include "engine/lora/lora_config.h"
 #include "engine/lora/lora_linear.h"
 #include "tests/expect_error.h"
@@ -65,7 +66,7 @@ class RunStateTest : public ::testing::Test {
     for (auto& p : params) p.mutable_grad() = at::ones_like(p);
     optimizer_->step(1e-3);
   }
-  void TearDown() override { fs::remove_all(out_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(out_); }
 
   fs::path save(int64_t step) {
     RunState state;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/io/remove_tree.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain::engine::train {
@@ -44,7 +45,7 @@ TEST(StepIntervals, PerEpochCountsGiveTheIntervalsOfAxolotlAndTransformers) {
       EXPECT_EQ(save, r.at("save_steps").get<int64_t>());
     }
   }
-  std::filesystem::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 TEST(StepIntervals, StepsGivenDirectlyWin) {

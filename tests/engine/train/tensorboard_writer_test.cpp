@@ -12,6 +12,7 @@
 #include <regex>
 #include <string>
 
+#include "engine/io/remove_tree.h"
 #include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
@@ -71,7 +72,7 @@ TEST(TensorBoardEncodeTest, RecordFramingMatchesTfRecord) {
 class TensorBoardWriterTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = test::fresh_test_dir(/*create=*/false); }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   fs::path dir_;
 };

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/peft_adapter.h"
+#include "engine/io/remove_tree.h"
 #include "engine/train/run_state.h"
 #include "engine/train/trainer.h"
 #include "tests/reference.h"
@@ -33,7 +34,7 @@ class Trainer : public testing::Test {
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("qtrain_trainer_" + std::to_string(::getpid()) + "_" +
                                         testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    qtrain::engine::io::remove_tree(dir_);
     fs::create_directories(dir_);
     // Six pre-tokenized rows of the llama fixture's vocabulary, two of them with masked prompts.
     at::manual_seed(21);
@@ -46,7 +47,7 @@ class Trainer : public testing::Test {
       data << nlohmann::json{{"input_ids", v}, {"labels", labels}}.dump() << "\n";
     }
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   // A config for the fixture model, with `sets` applied as --set overrides.
   config::RunConfig config(const std::string& name, const std::vector<std::string>& sets = {}) const {

@@ -12,6 +12,7 @@
 
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/prepared_cache.h"
+#include "engine/io/remove_tree.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain::engine::train {
@@ -31,7 +32,7 @@ class TrainingDataTest : public ::testing::Test {
     dir_ = test::fresh_test_dir(/*create=*/true);
     std::ofstream(dir_ / "data.jsonl") << "{\"text\": \"hello\"}\n{\"text\": \"world\"}\n";
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   config::RunConfig run_config(int sequence_len = 16, const std::string& more = "") const {
     return config::parse_run_config(
@@ -101,7 +102,7 @@ TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
   std::ofstream(dir / "a") << "ac";
   EXPECT_NE(data::prepared_key({dir / "a"}, "s"), key);
   EXPECT_FALSE(data::read_prepared(dir, key).has_value());
-  fs::remove_all(dir);
+  qtrain::engine::io::remove_tree(dir);
 }
 
 }  // namespace
