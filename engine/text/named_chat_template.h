@@ -16,7 +16,7 @@ namespace qtrain::engine::text {
 // axolotl's `tokenizer_default_fallback_<name>`: the tokenizer's own template, else <name>.
 inline constexpr std::string_view kTokenizerDefaultFallbackPrefix = "tokenizer_default_fallback_";
 
-// The names there are, sorted: chatml, gemma, gemma3, llama3, mistral_v1, ...
+// The names there are, sorted: chatml, gemma, gemma3, gemma4, llama3, mistral_v1, ...
 std::vector<std::string> named_chat_template_names();
 
 // The template's Jinja text, or nullopt when there is no template of that name.

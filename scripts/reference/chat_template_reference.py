@@ -78,6 +78,32 @@ TOOLS = [
         },
     },
     {"type": "function", "function": {"name": "noop", "description": "", "parameters": {"type": "object", "properties": {}}}},
+    # A nested schema (Gemma 4 writes each kind of property its own way) and a declared response.
+    {
+        "type": "function",
+        "function": {
+            "name": "photo",
+            "description": "Find photos.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "unit": {"type": "string", "enum": ["C", "F"], "nullable": True},
+                    "where": {
+                        "type": "object",
+                        "description": "A place.",
+                        "properties": {"lat": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}}},
+                        "required": ["lat"],
+                    },
+                    "sizes": {
+                        "type": "array",
+                        "items": {"type": ["integer", "null"], "properties": {"w": {"type": "integer"}}, "required": ["w"], "minItems": 1},
+                    },
+                },
+                "required": ["where"],
+            },
+            "response": {"description": "Photo ids.", "type": "object"},
+        },
+    },
 ]
 TOOL_CALLS = [
     {"role": "system", "content": "Use tools."},
@@ -133,6 +159,32 @@ TOOL_CALLS_IDS = [
     {"role": "user", "content": "<tool_response>\nlate\n</tool_response>"},
     {"role": "assistant", "content": "Noted."},
 ]
+# Tool results the other ways: `tool` messages answering calls out of order, one of them as
+# content parts with an image; reasoning beside the calls; an assistant's thought channel in its
+# text; two assistant messages in a row; and Gemma's own tool_responses on the calling message.
+TOOL_RESULTS = [
+    {"role": "user", "content": "Weather and a photo?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "reasoning_content": "Call both.",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Bern", "opts": {"unit": "C", "hourly": False}, "days": [1, 2], "x": None}}},
+            {"id": "c2", "type": "function", "function": {"name": "photo", "arguments": {}}},
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c2", "content": [{"type": "text", "text": "a photo"}, {"type": "image"}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    {"role": "assistant", "content": "<|channel>thought\nok<channel|>Sunny in Bern."},
+    {"role": "assistant", "content": "Anything else?"},
+    {"role": "user", "content": "No."},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": "noop", "arguments": "{}"}}],
+        "tool_responses": [{"name": "noop", "response": {"ok": True, "n": 2}}, {"response": "done"}],
+    },
+]
 # The same question twice (templates that compare messages by value), and an image part.
 REPEATED = [
     {"role": "user", "content": "Again?"},
@@ -157,6 +209,7 @@ CONVERSATIONS = {
     "not_alternating": NOT_ALTERNATING,
     "bad_role": BAD_ROLE,
     "tool_calls_ids": TOOL_CALLS_IDS,
+    "tool_results": TOOL_RESULTS,
     "repeated": REPEATED,
     "image": IMAGE,
 }
@@ -530,6 +583,12 @@ def family_rendering(name, messages, add_generation_prompt, bos="<s>", eos="</s>
             role = "model" if m["role"] == "assistant" else m["role"]
             out += f"<start_of_turn>{role}\n{prefix}{m['content'].strip()}<end_of_turn>\n"
         return out + ("<start_of_turn>model\n" if add_generation_prompt else "")
+    if name == "gemma4":
+        out = bos + (f"<|turn>system\n{system.strip()}<turn|>\n" if system is not None else "")
+        for m in turns:
+            role = "model" if m["role"] == "assistant" else m["role"]
+            out += f"<|turn>{role}\n{m['content'].strip()}<turn|>\n"
+        return out + ("<|turn>model\n<|channel>thought\n<channel|>" if add_generation_prompt else "")
     # Mistral: no generation prompt; where the system prompt goes and the spacing differ.
     users = [i for i, m in enumerate(turns) if m["role"] == "user"]
     out = bos
@@ -628,7 +687,7 @@ def build_cases():
         for cname, messages in CONVERSATIONS.items():
             for agp in (False, True):
                 for with_tools in (False, True):
-                    if with_tools and cname not in ("tool_calls", "tool_calls_ids", "repeated", "multi", "simple"):
+                    if with_tools and cname not in ("tool_calls", "tool_calls_ids", "tool_results", "repeated", "multi", "simple"):
                         continue
                     for thinking in (None, True, False):
                         if thinking is not None and tname != "qwen3" and tname not in extra:
@@ -671,7 +730,12 @@ def build_cases():
     # two write the same text except that axolotl's generation prompt also opens "<think>\n\n"
     # unless enable_thinking is false (the official one reads no content parts or null contents).
     if qwen3 is not None:
-        for case in [c for c in cases if c["group"] == "qwen3" and "text" in c]:
+        # A tool result given as content parts is the one input the official template renders
+        # but differently: as Python's repr of the list, where axolotl's joins the texts.
+        def parts_in_tool_result(case):
+            return any(m["role"] == "tool" and isinstance(m["content"], list) for m in case["messages"])
+
+        for case in [c for c in cases if c["group"] == "qwen3" and "text" in c and not parts_in_tool_result(c)]:
             thinking = case["variables"].get("enable_thinking")
             opened = "<think>\n\n" if case["add_generation_prompt"] and thinking is not False else ""
             cases.append(dict(case, group="named_qwen3_official", named="qwen3", text=case["text"] + opened))

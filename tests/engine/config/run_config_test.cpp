@@ -750,7 +750,7 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        "run.yaml:6:20: datasets[0].chat_template: 'chatml2' is not one of tokenizer_default, jinja, chatml"},
       {kHead + "chat_template: chatml3\n",
        {},
-       "run.yaml:3:16: chat_template: 'chatml3' is not one of tokenizer_default, jinja, chatml, gemma, gemma3, "
+       "run.yaml:3:16: chat_template: 'chatml3' is not one of tokenizer_default, jinja, chatml, gemma, gemma3, gemma4, "
        "llama3, mistral_v1"},
       {kHead + "chat_template: chatml3\n", {}, "or jinja with chat_template_jinja (your own template"},
       {kHead + "chat_template: tokenizer_default_fallback_chatml3\n",

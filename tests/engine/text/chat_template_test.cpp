@@ -196,6 +196,7 @@ TEST(NamedChatTemplate, ListsTheNamesAndRefusesOthers) {
   for (const char* n : {"chatml",
                         "gemma",
                         "gemma3",
+                        "gemma4",
                         "llama3",
                         "mistral_v1",
                         "mistral_v2v3",
@@ -212,7 +213,7 @@ TEST(NamedChatTemplate, ListsTheNamesAndRefusesOthers) {
     FAIL() << "expected TemplateError";
   } catch (const TemplateError& e) {
     EXPECT_NE(std::string(e.what()).find("'chatml2'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("chatml, gemma, gemma3, llama3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chatml, gemma, gemma3, gemma4, llama3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("chat_template: jinja"), std::string::npos) << e.what();
   }
 }
