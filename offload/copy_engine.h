@@ -41,8 +41,9 @@ class CopyEngine {
   virtual at::Tensor host_buffer(int64_t bytes) = 0;
   // uint8 [bytes] on device().
   virtual at::Tensor device_buffer(int64_t bytes) = 0;
-  // Queues a copy of host `src` into device `dst` (uint8, same size) that starts once `after` is
-  // done (null: at once). Returns the copy's fence.
+  // Queues a copy of `src` into `dst` (uint8, same size) that starts once `after` is done (null:
+  // at once), and returns the copy's fence: host to device (layer blobs, offloaded activations
+  // coming back), or device to host (activations leaving).
   virtual FencePtr copy(const at::Tensor& src, const at::Tensor& dst, const FencePtr& after) = 0;
   // Work the compute queue gets from now on waits for `fence`.
   virtual void compute_wait(const FencePtr& fence) = 0;

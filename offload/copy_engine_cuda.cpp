@@ -51,8 +51,8 @@ class CudaCopyEngine final : public CopyEngine {
     TORCH_CHECK(src.nbytes() == dst.nbytes(), "copy of ", src.nbytes(), " bytes into a buffer of ", dst.nbytes());
     const c10::cuda::CUDAGuard guard(device_);
     if (after) static_cast<const CudaFence&>(*after).block(copy_stream_);
-    check_cuda(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyHostToDevice, copy_stream_),
-               "cudaMemcpyAsync of a layer blob into its device slot");
+    check_cuda(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), src.nbytes(), cudaMemcpyDefault, copy_stream_),
+               "cudaMemcpyAsync of a layer blob or an offloaded activation");
     return std::make_shared<CudaFence>(copy_stream_);
   }
 

@@ -13,6 +13,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "offload/blob_layout.h"
 
@@ -42,6 +43,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   std::vector<bool> offloaded(n, false);
   for (const int64_t i : p.offloaded_layers) offloaded[i] = true;
   int64_t resident = 0, saved = in.saved_outside_layers, checkpointed_saved = 0, full_saved = 0, gathered = 0;
+  std::vector<int64_t> checkpointed_inputs;  // each checkpointed layer's saved input
   int64_t num_full = 0, transient = in.loss_workspace;
   std::string transient_what = "the loss's chunk of logits";
   for (int64_t i = 0; i < n; ++i) {
@@ -60,6 +62,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
     if (checkpointed) {
       ++p.num_checkpointed;
       checkpointed_saved += l.saved_checkpointed;
+      checkpointed_inputs.push_back(l.saved_checkpointed);
     } else {
       ++num_full;
       full_saved += l.saved_full;
@@ -72,10 +75,21 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
           std::string(checkpointed ? "recompute and backward" : "backward") + " of layer " + std::to_string(i);
     }
   }
-  saved += checkpointed_saved + full_saved;
+  // With offloaded activations the device holds the largest few inputs that can be in flight.
+  int64_t checkpointed_on_device = checkpointed_saved;
+  p.offload_activations = request.offload_activations;
+  if (request.offload_activations) {
+    std::sort(checkpointed_inputs.rbegin(), checkpointed_inputs.rend());
+    const auto in_flight =
+        std::min<int64_t>(static_cast<int64_t>(checkpointed_inputs.size()), request.prefetch_depth + 2);
+    checkpointed_on_device =
+        std::accumulate(checkpointed_inputs.begin(), checkpointed_inputs.begin() + in_flight, int64_t{0});
+    p.activation_host_bytes = checkpointed_saved;
+  }
+  saved += checkpointed_on_device + full_saved;
   const int64_t streamed = request.shard_base ? n : k;  // layers that pass through the slots
   p.num_slots = streamed > 0 ? std::min(streamed, request.prefetch_depth + 1) : 0;
-  p.h2d_bytes_per_step = 2 * p.host_bytes * in.micro_batches_per_step;
+  p.h2d_bytes_per_step = 2 * (p.host_bytes + p.activation_host_bytes) * in.micro_batches_per_step;
   p.gather_bytes_per_step = 2 * gathered * in.micro_batches_per_step;
   p.h2d_seconds_per_step = static_cast<double>(p.h2d_bytes_per_step) / request.h2d_bytes_per_s;
   if (k > 0) {
@@ -97,10 +111,14 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
                   p.num_slots * p.slot_bytes});
   rows.push_back({"embeddings, output head, norms, biases", "always resident", in.fixed_bytes});
   rows.push_back({"LoRA weights, gradients, AdamW moments", in.lora_what, in.lora_bytes});
+  const std::string checkpointed_where = request.offload_activations
+                                             ? format_bytes(checkpointed_on_device) + " on the device, " +
+                                                   format_bytes(checkpointed_saved) + " in pinned host RAM"
+                                             : format_bytes(checkpointed_saved);
   rows.push_back({"activations kept for backward",
-                  std::to_string(p.num_checkpointed) + " checkpointed layers (" + format_bytes(checkpointed_saved) +
-                      "), " + std::to_string(num_full) + " full (" + format_bytes(full_saved) +
-                      "), loss and final norm (" + format_bytes(in.saved_outside_layers) + ")",
+                  std::to_string(p.num_checkpointed) + " checkpointed layers (" + checkpointed_where + "), " +
+                      std::to_string(num_full) + " full (" + format_bytes(full_saved) + "), loss and final norm (" +
+                      format_bytes(in.saved_outside_layers) + ")",
                   saved});
   rows.push_back({"largest transient", transient_what, transient});
   rows.push_back({"cuBLAS workspaces", "", in.library_workspace});
@@ -236,18 +254,25 @@ std::string format_plan(const MemoryPlan& p) {
   }
   out += printf_string(
       "  %" PRId64 " of %" PRId64 " layers checkpointed (recomputed in backward)\n", p.num_checkpointed, p.num_layers);
-  out += "PCIe host-to-device traffic per step: " + format_bytes(p.h2d_bytes_per_step);
-  if (k > 0) {
-    out += printf_string(" (%" PRId64 " layers x 2 copies x %" PRId64 " micro-batches), %.3f s at %.1f GB/s\n",
+  if (p.offload_activations) {
+    out += "  activation offloading: their inputs wait in pinned host RAM (" + format_bytes(p.activation_host_bytes) +
+           "), copied out in forward and back ahead of each recompute\n";
+  }
+  out += "PCIe traffic per step: " + format_bytes(p.h2d_bytes_per_step);
+  if (k > 0 || p.offload_activations) {
+    out += printf_string(" (%" PRId64 " layers x 2 copies%s x %" PRId64 " micro-batches), %.3f s at %.1f GB/s\n",
                          k,
+                         p.offload_activations ? ", checkpointed inputs out and back" : "",
                          p.micro_batches_per_step,
                          p.h2d_seconds_per_step,
                          p.h2d_bytes_per_s / 1e9);
+  }
+  if (k > 0) {
     out += printf_string(
         "  each copy overlaps the compute of at least %" PRId64 " resident layer(s)%s\n",
         p.min_resident_gap,
         p.min_resident_gap == 0 ? ": copies are hidden only if one layer's compute outlasts one copy" : "");
-  } else {
+  } else if (!p.offload_activations) {
     out += "\n";
   }
   if (p.shard_base) {

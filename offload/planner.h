@@ -61,6 +61,10 @@ struct PlanRequest {
   // and gathers whole layers into min(layers, prefetch_depth + 1) slots; every layer is then
   // checkpointed. Offloaded layers keep their shards in pinned host RAM.
   bool shard_base = false;
+  // The checkpointed layers' inputs wait in pinned host RAM (activation offloading): the device
+  // holds only those in flight, min(checkpointed layers, prefetch_depth + 2) of them (one coming
+  // back for each prefetched layer and the one being recomputed, one still leaving).
+  bool offload_activations = false;
 };
 
 // One line of the table: a part of the GPU memory.
@@ -84,14 +88,16 @@ struct MemoryPlan {
   int64_t num_checkpointed = 0;  // the policy's layers and the offloaded ones
   std::vector<PlanRow> rows;     // GPU memory; they sum to total_bytes
   int64_t host_bytes = 0;        // pinned host memory holding the offloaded layers (their shards)
+  bool offload_activations = false;
+  int64_t activation_host_bytes = 0;  // pinned host memory holding the offloaded checkpointed inputs
   // The rows the CUDA allocator hands out, before its fragmentation reserve and the CUDA context:
   // what its peak of allocated bytes (peak_memory_bytes) compares with.
   int64_t allocated_bytes = 0;
   int64_t total_bytes = 0;
   int64_t budget_bytes = 0;
   bool fits = false;
-  // Each offloaded layer is copied in forward and again for its backward recompute, in every
-  // micro-batch.
+  // Each offloaded layer is copied in forward and again for its backward recompute, and each
+  // offloaded activation out in forward and back for its recompute, in every micro-batch.
   int64_t micro_batches_per_step = 1;
   int64_t h2d_bytes_per_step = 0;
   // With shard_base: the bytes a rank receives from the others per step, each layer gathered in

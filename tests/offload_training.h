@@ -63,11 +63,13 @@ struct StepsResult {
 };
 
 // Two training steps (forward + backward each, gradients accumulating) under `residency`
-// (null: every layer resident).
+// (null: every layer resident), the checkpointed inputs in `activations` (null: on the device).
 inline StepsResult two_steps(engine::model::CausalLM& lm,
                              std::shared_ptr<engine::schedule::WeightResidency> residency,
-                             engine::schedule::CheckpointPolicy policy) {
+                             engine::schedule::CheckpointPolicy policy,
+                             std::shared_ptr<engine::schedule::OffloadedActivations> activations = nullptr) {
   engine::schedule::LayerScheduler scheduler(lm, std::move(residency));
+  scheduler.offload_activations(std::move(activations));
   const auto plan = scheduler.prepare_training(policy);
   const auto& batch = llama_fixture();
   StepsResult r;

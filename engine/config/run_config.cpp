@@ -360,14 +360,39 @@ RunConfig read_config(Reader& r) {
       } else if (e->value.IsScalar() && e->value.Scalar() == "every_kth") {
         c.gradient_checkpointing = GradientCheckpointing::every_kth;
       } else if (e->value.IsScalar() && e->value.Scalar() == "offload") {
-        // axolotl's checkpointing with the saved layer inputs in host memory: the same recompute.
+        // axolotl's older spelling of activation_offloading: true.
         c.gradient_checkpointing = GradientCheckpointing::every_layer;
-        c.ignored_keys.push_back(
-            "gradient_checkpointing: offload (read as true: the same recompute, with the checkpoints kept on the "
-            "device)");
+        c.activation_offloading = true;
       } else {
         e->fail_value("expected true, false, offload or every_kth, got " + shown(e->value));
       }
+    }
+  });
+  r.guard({"activation_offloading", "gradient_checkpointing"}, [&] {
+    const Entry* e = r.find("activation_offloading");
+    if (e == nullptr) return;
+    const std::string value = e->value.IsScalar() ? e->value.Scalar() : std::string();
+    if (const std::optional<bool> on = parse_bool(value)) {
+      c.activation_offloading = c.activation_offloading || *on;
+    } else if (value == "legacy" || value == "hidden_states") {
+      // Both are what qtrain does for true: axolotl's legacy copies synchronously and its
+      // hidden_states offloads only the checkpointed layers' inputs; qtrain's copies always
+      // overlap the compute, and the checkpointed inputs are all a step keeps between layers.
+      c.activation_offloading = true;
+      c.ignored_keys.push_back("activation_offloading: " + value +
+                               " (read as true: the checkpointed layers' inputs wait in pinned host memory, copied "
+                               "on the copy stream while the compute runs)");
+    } else if (value == "disk") {
+      e->fail_value(
+          "disk (activations written to files) is not supported; use true: the inputs wait in pinned host memory");
+    } else {
+      e->fail_value("expected true, false, legacy, hidden_states or disk, got " + shown(e->value));
+    }
+    if (c.activation_offloading && c.gradient_checkpointing == GradientCheckpointing::off) {
+      fail(e->key_place(),
+           e->key,
+           "needs gradient_checkpointing (it offloads the inputs checkpointed layers keep for their recompute), "
+           "and gradient_checkpointing is false; set gradient_checkpointing: true, or remove this key");
     }
   });
 

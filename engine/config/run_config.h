@@ -211,6 +211,10 @@ struct RunConfig {
   GradientCheckpointing gradient_checkpointing = GradientCheckpointing::every_layer;
   // (qtrain) With gradient_checkpointing: every_kth, every k-th layer is checkpointed.
   int64_t gradient_checkpointing_every_k = 1;
+  // (axolotl) The inputs checkpointed layers keep for their recompute wait in host memory (pinned
+  // on a GPU) instead of device memory (engine/schedule/offloaded_activations.h). axolotl's true,
+  // legacy and hidden_states, and gradient_checkpointing: offload; needs gradient checkpointing.
+  bool activation_offloading = false;
   // Compute dtype of activations and adapters; neither: float32.
   Bf16 bf16 = Bf16::off;
   bool fp16 = false;

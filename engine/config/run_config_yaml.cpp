@@ -162,6 +162,7 @@ std::string to_yaml(const RunConfig& c) {
       break;
   }
   line("gradient_checkpointing_every_k", std::to_string(c.gradient_checkpointing_every_k));
+  line("activation_offloading", c.activation_offloading ? "true" : "false");
   switch (c.bf16) {
     case Bf16::off:
       line("bf16", "false");

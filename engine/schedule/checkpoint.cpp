@@ -38,7 +38,14 @@ torch::autograd::variable_list CheckpointFunction::forward(torch::autograd::Auto
   ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
   ctx->saved_data["rng"] = rng_state(h.device());
   ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
-  ctx->save_for_backward({h, cos, sin, segments, token_weights});
+  if (context->activations != nullptr) {
+    // The input leaves for host memory; the slot it leaves in save_for_backward is an empty tensor.
+    ctx->saved_data["stash"] = context->activations->stash(h);
+    ctx->saved_data["input_requires_grad"] = h.requires_grad();
+    ctx->save_for_backward({at::Tensor(), cos, sin, segments, token_weights});
+  } else {
+    ctx->save_for_backward({h, cos, sin, segments, token_weights});
+  }
   // apply() runs this under no-grad: nothing inside the layer is recorded or kept.
   std::vector<model::RouterLoad> loads;
   auto out = context->layer->forward(
@@ -52,16 +59,19 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
                                                             torch::autograd::variable_list grad_out) {
   const auto* context = reinterpret_cast<const CheckpointContext*>(ctx->saved_data.at("context").toInt());
   const auto saved = ctx->get_saved_variables();
-  const auto& h = saved[0];
   const int64_t layer = context->layer->index;
   // The backward engine runs on its own thread: grad mode must be switched on here.
   at::AutoGradMode grad_mode(true);
   context->residency->acquire(layer);
-  auto h_in = h.detach().requires_grad_(h.requires_grad());
+  const bool stashed = ctx->saved_data.find("stash") != ctx->saved_data.end();
+  const at::Tensor h = stashed ? context->activations->restore(ctx->saved_data.at("stash").toInt()) : saved[0];
+  const bool input_requires_grad =
+      stashed ? ctx->saved_data.at("input_requires_grad").toBool() : saved[0].requires_grad();
+  auto h_in = h.detach().requires_grad_(input_requires_grad);
   at::Tensor out;
   std::vector<model::RouterLoad> loads;  // the recompute's: differentiated, never recorded
   {
-    RngStateGuard rng(h.device(), ctx->saved_data.at("rng").toTensor());
+    RngStateGuard rng(h_in.device(), ctx->saved_data.at("rng").toTensor());
     out = context->layer->forward(
         h_in, layer_inputs(saved[1], saved[2], saved[3], saved[4], &loads), *context->config, context->training);
   }

@@ -1,9 +1,9 @@
 // Activation checkpointing of one decoder layer, reentrant style (libtorch has no saved-tensor
 // hooks without Python): forward runs the layer without recording a graph and keeps only the
-// layer input and the RNG state; backward re-acquires the layer's weights, restores the RNG
-// (so LoRA dropout draws the same mask), recomputes with grad on and back-propagates. The
-// layer's LoRA tensors are explicit inputs, so they receive gradients even when the input
-// hidden state does not require grad (the first layer after a frozen embedding).
+// layer input (on the device, or in host memory with activation offloading) and the RNG state; backward re-acquires the
+// layer's weights, restores the RNG (so LoRA dropout draws the same mask), recomputes with grad on and back-propagates.
+// The layer's LoRA tensors are explicit inputs, so they receive gradients even when the input hidden state does not
+// require grad (the first layer after a frozen embedding).
 #pragma once
 
 #include <atomic>
@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "engine/model/decoder_layer.h"
+#include "engine/schedule/offloaded_activations.h"
 #include "engine/schedule/residency.h"
 
 namespace qtrain::engine::schedule {
@@ -23,6 +24,8 @@ struct CheckpointContext {
   WeightResidency* residency = nullptr;
   std::atomic<int64_t>* recomputed = nullptr;  // incremented once per recompute
   bool training = true;
+  // Where the layer input waits for the recompute: null keeps it on the device.
+  OffloadedActivations* activations = nullptr;
 };
 
 // h: [B, T, H]. Returns the layer output; the graph it records is one node. A sparse layer asked

@@ -83,7 +83,8 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
     const int64_t i = layer.index;
     residency_->acquire(i);
     if (plan.training() && plan.checkpointed(i)) {
-      contexts_.push_back(CheckpointContext{&layer, &model_.config(), residency_.get(), &recomputed_, true});
+      contexts_.push_back(
+          CheckpointContext{&layer, &model_.config(), residency_.get(), &recomputed_, true, activations_.get()});
       h = checkpointed_layer(h, inputs, contexts_.back());
     } else {
       h = layer.forward(h, inputs, model_.config(), plan.training());
@@ -108,6 +109,7 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
   TORCH_CHECK(plan.training(), "a training step was given an eval plan; make it with prepare_training()");
   TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");
   contexts_.clear();
+  if (activations_) activations_->begin_step();
   recomputed_ = 0;
   stats_ = StepStats{plan.num_checkpointed(), 0, 0};
   const int64_t before = heap_in_use(model_.device());

@@ -73,6 +73,9 @@ class LayerScheduler {
   // output_router_logits asks for it.
   const at::Tensor& aux_loss() const { return aux_loss_; }
   WeightResidency& residency() { return *residency_; }
+  // Checkpointed layers keep their inputs in `activations` (host memory) from the next
+  // train_forward on; null keeps them on the device.
+  void offload_activations(std::shared_ptr<OffloadedActivations> activations) { activations_ = std::move(activations); }
   model::CausalLM& model() { return model_; }
 
  private:
@@ -81,6 +84,7 @@ class LayerScheduler {
 
   model::CausalLM& model_;
   std::shared_ptr<WeightResidency> residency_;
+  std::shared_ptr<OffloadedActivations> activations_;
   bool training_ = false;
   std::atomic<int64_t> recomputed_{0};
   // One context per checkpointed layer call of the current step; kept until the next step so

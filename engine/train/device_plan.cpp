@@ -2,6 +2,8 @@
 #include "engine/train/device_plan.h"
 
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include <ATen/ATen.h>
 
@@ -24,7 +26,11 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
   p.device = device;
   p.shard_base = c.shard_base;
   const bool offload = c.offload_layers_auto || c.offload_layers > 0;
-  if (!device.is_cuda() && !offload) return p;
+  if (!device.is_cuda() && !offload) {
+    // Offloaded activations alone pass through the simulated copy engine on the CPU.
+    if (c.activation_offloading) p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();
+    return p;
+  }
   TORCH_CHECK(device.is_cuda() || !c.offload_layers_auto,
               "offload_layers: auto plans GPU memory, but this run is on ",
               device,
@@ -49,7 +55,7 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
               config::format_byte_size(total),
               "; lower gpu_memory_limit or remove it to use the whole device");
   const int64_t budget = c.gpu_memory_limit > 0 ? c.gpu_memory_limit : total;
-  if (offload) {
+  if (offload || c.activation_offloading) {
     // The measured bandwidth, so the plan's transfer time is this machine's.
     p.copy_engine = offload::make_cuda_copy_engine(device);
     p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*p.copy_engine, int64_t{256} << 20);
@@ -64,6 +70,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
               device,
               " by qtrain's memory plan (nothing was loaded yet):\n",
               offload::format_plan(plan));
+  const std::string pinned = pinned_memory_problem(plan, host_memory_available_bytes());
+  TORCH_CHECK(pinned.empty(), pinned, "\n", offload::format_plan(plan));
   limit_device_memory(device, budget);
   std::printf("%s", offload::format_plan(plan).c_str());
   std::fflush(stdout);
@@ -90,6 +98,29 @@ std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& p,
               p.device.is_cuda() ? "" : " (CPU run: no memory saved)");
   std::fflush(stdout);
   return residency;
+}
+
+std::string pinned_memory_problem(const offload::MemoryPlan& plan, int64_t available_bytes) {
+  const int64_t pinned = plan.host_bytes + plan.activation_host_bytes;
+  if (pinned == 0 || available_bytes < 0 || pinned <= available_bytes / 4 * 3) return "";
+  return "the plan pins " + offload::format_bytes(pinned) + " of host RAM (" + offload::format_bytes(plan.host_bytes) +
+         " for offloaded layers, " + offload::format_bytes(plan.activation_host_bytes) +
+         " for offloaded activations), more than three quarters of the " + offload::format_bytes(available_bytes) +
+         " this machine has available (MemAvailable in /proc/meminfo); pinned memory cannot be swapped out. Offload "
+         "fewer layers (offload_layers), set activation_offloading: false, or lower sequence_len or "
+         "micro_batch_size";
+}
+
+int64_t host_memory_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    int64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
 }
 
 std::string out_of_memory_report(const DevicePlan& p,

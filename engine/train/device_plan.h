@@ -26,8 +26,8 @@ struct DevicePlan {
   std::optional<offload::MemoryPlan> memory;
   std::vector<int64_t> offloaded_layers;  // from `memory`: the planner decides them
   bool shard_base = false;                // each rank keeps 1/world_size of the base (the planner counted it)
-  // When layers are offloaded: the copy engine (CUDA, or simulated on the CPU) and, on CUDA, the
-  // bandwidth it measured.
+  // When layers or activations are offloaded: the copy engine (CUDA, or simulated on the CPU) and,
+  // on CUDA, the bandwidth it measured.
   std::shared_ptr<offload::CopyEngine> copy_engine;
   double h2d_bytes_per_s = 0;
 };
@@ -40,6 +40,14 @@ DevicePlan plan_device(const config::RunConfig& config, const at::Device& device
 std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& plan,
                                                            model::CausalLM& model,
                                                            const config::RunConfig& config);
+
+// Empty when `available_bytes` of host RAM hold what `plan` pins there (offloaded layers and
+// offloaded activations) with a quarter to spare for everything else the process and the system
+// need; otherwise why not and what to change.
+std::string pinned_memory_problem(const offload::MemoryPlan& plan, int64_t available_bytes);
+
+// MemAvailable of /proc/meminfo in bytes; -1 where it cannot be read.
+int64_t host_memory_available_bytes();
 
 // The message for an out-of-memory error in step `step`: what the allocator said, the plan, and
 // what to change.

@@ -23,6 +23,7 @@ offload::MemoryPlan plan_once(
   request.budget_bytes = budget;
   if (!c.offload_layers_auto) request.offload_layers = c.offload_layers;
   request.prefetch_depth = c.offload_prefetch_depth;
+  request.offload_activations = c.activation_offloading;
   request.h2d_bytes_per_s = h2d;
   return offload::plan_memory(schedule::estimate_memory(m, memory_shape(c)), request);
 }

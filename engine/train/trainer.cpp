@@ -243,6 +243,15 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   std::shared_ptr<schedule::WeightResidency> residency = offloaded;
   if (sharded) residency = sharded;
   schedule::LayerScheduler scheduler(lm, residency);
+  if (c.activation_offloading) {
+    scheduler.offload_activations(
+        std::make_shared<schedule::OffloadedActivations>(device_plan.copy_engine, c.offload_prefetch_depth));
+    std::fprintf(out,
+                 "activation offloading: checkpointed layers' inputs wait in %s host memory, fetched %lld layer(s) "
+                 "ahead of their recompute\n",
+                 options.device.is_cuda() ? "pinned" : "(simulated)",
+                 static_cast<long long>(c.offload_prefetch_depth));
+  }
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
                       : c.gradient_checkpointing == config::GradientCheckpointing::every_kth
                           ? schedule::CheckpointPolicy::every_kth

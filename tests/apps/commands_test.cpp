@@ -724,7 +724,7 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
                            "CUDA context",
                            "budget                                      24.00 GiB  fits",
                            "plan: every layer resident, nothing offloaded (offload_layers: auto)",
-                           "PCIe host-to-device traffic per step: 0 B"}) {
+                           "PCIe traffic per step: 0 B"}) {
     EXPECT_NE(roomy.out.find(part), std::string::npos) << part << "\n" << roomy.out;
   }
 

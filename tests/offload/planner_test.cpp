@@ -185,8 +185,7 @@ TEST(Planner, TableListsEveryPartTheTotalAndThePlan) {
   EXPECT_NE(table.find("offload 3 of 32 layers [5 16 26] to pinned host RAM, 2 device slots"), std::string::npos)
       << table;
   EXPECT_NE(table.find("(offload_layers: auto)"), std::string::npos) << table;
-  EXPECT_NE(table.find("PCIe host-to-device traffic per step: 2.34 GiB (3 layers x 2 copies x 4 micro-batches)"),
-            std::string::npos)
+  EXPECT_NE(table.find("PCIe traffic per step: 2.34 GiB (3 layers x 2 copies x 4 micro-batches)"), std::string::npos)
       << table;
 }
 
@@ -253,6 +252,36 @@ TEST(Planner, AShardedBaseKeepsOnePaddedShardPerLayerAndGathersWholeLayers) {
   }
   EXPECT_EQ(whole.gather_bytes_per_step, 0);
   EXPECT_EQ(whole.num_checkpointed, 0);
+}
+
+// Activation offloading: of the checkpointed inputs only prefetch_depth + 2 stay on the device,
+// all of them are in pinned host RAM, and each crosses twice per micro-batch.
+TEST(Planner, OffloadedActivationsLeaveOnlyTheInFlightInputsOnTheDevice) {
+  for (const int64_t depth : {1, 2}) {
+    auto r = request(64 * kGiB, 0);
+    r.prefetch_depth = depth;
+    const auto kept = plan_memory(inputs(10, true), r);
+    r.offload_activations = true;
+    const auto moved = plan_memory(inputs(10, true), r);
+    EXPECT_EQ(kept.activation_host_bytes, 0);
+    EXPECT_EQ(moved.activation_host_bytes, 10 * 8 * kMiB);
+    EXPECT_EQ(kept.allocated_bytes - moved.allocated_bytes, (10 - (depth + 2)) * 8 * kMiB) << "depth " << depth;
+    EXPECT_EQ(moved.h2d_bytes_per_step, 2 * 10 * 8 * kMiB * 4);
+    EXPECT_EQ(sum_rows(moved), moved.total_bytes);
+    const auto table = format_plan(moved);
+    EXPECT_NE(table.find("10 checkpointed layers (" + format_bytes((depth + 2) * 8 * kMiB) +
+                         " on the device, 80.0 MiB in pinned host RAM)"),
+              std::string::npos)
+        << table;
+    EXPECT_NE(table.find("activation offloading: their inputs wait in pinned host RAM (80.0 MiB)"), std::string::npos)
+        << table;
+  }
+  // Fewer checkpointed layers than can be in flight: all of them stay.
+  auto r = request(64 * kGiB, 0);
+  r.offload_activations = true;
+  r.prefetch_depth = 4;
+  EXPECT_EQ(plan_memory(inputs(3, true), r).allocated_bytes,
+            plan_memory(inputs(3, true), request(64 * kGiB, 0)).allocated_bytes);
 }
 
 }  // namespace

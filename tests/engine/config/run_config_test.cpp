@@ -937,6 +937,34 @@ TEST(RunConfigTest, SpecialTokensAreReadWithTheirPlace) {
                      "run.yaml:3:17: special_tokens: expected a map, got '<pad>'");
 }
 
+// activation_offloading: axolotl's true, legacy and hidden_states all offload the checkpointed
+// inputs (the latter two named); disk and a run without checkpointing are refused.
+TEST(RunConfigTest, ActivationOffloadingTakesAxolotlsValues) {
+  EXPECT_FALSE(parse(kHead).activation_offloading);
+  EXPECT_TRUE(parse(kHead + "activation_offloading: true\n").activation_offloading);
+  EXPECT_TRUE(parse(kHead + "activation_offloading: true\n").ignored_keys.empty());
+  EXPECT_FALSE(parse(kHead + "activation_offloading: false\n").activation_offloading);
+  for (const std::string value : {"legacy", "hidden_states"}) {
+    const RunConfig c = parse(kHead + "activation_offloading: " + value + "\n");
+    EXPECT_TRUE(c.activation_offloading) << value;
+    ASSERT_EQ(c.ignored_keys.size(), 1u) << ignored_keys_note(c);
+    EXPECT_EQ(c.ignored_keys[0].rfind("activation_offloading: " + value + " (read as true: ", 0), 0u)
+        << c.ignored_keys[0];
+  }
+  test::expect_error([] { parse(kHead + "activation_offloading: disk\n"); },
+                     "run.yaml:3:24: activation_offloading: disk (activations written to files) is not supported; use "
+                     "true");
+  test::expect_error([] { parse(kHead + "activation_offloading: cpu\n"); },
+                     "expected true, false, legacy, hidden_states or disk, got 'cpu'");
+  test::expect_error([] { parse(kHead + "gradient_checkpointing: false\nactivation_offloading: true\n"); },
+                     "run.yaml:4:1: activation_offloading: needs gradient_checkpointing (it offloads the inputs "
+                     "checkpointed layers keep for their recompute), and gradient_checkpointing is false; set "
+                     "gradient_checkpointing: true");
+  // The resolved config says it, and reads back the same.
+  const RunConfig on = parse(kHead + "activation_offloading: legacy\n");
+  EXPECT_NE(to_yaml(on).find("activation_offloading: true\n"), std::string::npos);
+}
+
 // axolotl's names for what qtrain does already are silent; other class names, AdamW with
 // quantized state and offloaded checkpoints are read as qtrain's and named in the one line.
 TEST(RunConfigTest, AxolotlDefaultsAreSilentAndEquivalentsAreNamed) {
@@ -952,13 +980,13 @@ loss_watchdog_patience: 3
   // bitsandbytes' 8-bit AdamW is what qtrain runs for it: not named.
   EXPECT_EQ(c.optimizer, "adamw_bnb_8bit");
   EXPECT_EQ(c.gradient_checkpointing, GradientCheckpointing::every_layer);
+  EXPECT_TRUE(c.activation_offloading) << "axolotl's older spelling of activation_offloading: true";
   EXPECT_EQ(c.loss_watchdog_threshold, 5.0);
   EXPECT_EQ(c.loss_watchdog_patience, 3);
-  ASSERT_EQ(c.ignored_keys.size(), 4u) << ignored_keys_note(c);
+  ASSERT_EQ(c.ignored_keys.size(), 3u) << ignored_keys_note(c);
   EXPECT_EQ(c.ignored_keys[0], "model_type: MistralForCausalLM (qtrain builds the architecture config.json names)");
   EXPECT_EQ(c.ignored_keys[1], "tokenizer_type: LlamaTokenizer (qtrain reads tokenizer.json (the fast tokenizer))");
   EXPECT_EQ(c.ignored_keys[2].rfind("trust_remote_code (", 0), 0u);
-  EXPECT_EQ(c.ignored_keys[3].rfind("gradient_checkpointing: offload (read as true", 0), 0u);
   const RunConfig plain = parse(kHead + "optimizer: adamw_8bit\n");
   EXPECT_EQ(plain.optimizer, "adamw_bnb_8bit");
   EXPECT_TRUE(plain.ignored_keys.empty());

@@ -119,6 +119,28 @@ TEST_F(Trainer, CheckpointingOnAndOffGiveIdenticalLossCurves) {
   EXPECT_EQ(a, b);  // bitwise: the same doubles
 }
 
+TEST_F(Trainer, OffloadedActivationsGiveTheSameLossCurveAndSavedAdapter) {
+  // On the CPU the checkpointed inputs go through the simulated copy engine and back; with
+  // offloaded layers they share it.
+  const std::vector<std::string> base = {"load_in_4bit=true", "lora_dropout=0.1", "max_steps=6"};
+  const auto kept = train(config("kept", base));
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return more;
+  };
+  const auto moved = train(config("moved", with({"activation_offloading=true"})));
+  const auto both = train(config("both", with({"activation_offloading=true", "offload_layers=2"})));
+  const auto a = losses(kept.output_dir);
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(losses(moved.output_dir), a);  // bitwise: the same doubles
+  EXPECT_EQ(losses(both.output_dir), a);
+  const auto x = io::load_peft_adapter(kept.output_dir), y = io::load_peft_adapter(both.output_dir);
+  ASSERT_EQ(x.adapters.size(), y.adapters.size());
+  for (const auto& [name, ad] : x.adapters) {
+    EXPECT_TRUE(test::bitwise_equal(ad.b, y.adapters.at(name).b)) << name;
+  }
+}
+
 TEST_F(Trainer, OffloadedLayersGiveTheSameLossCurveAndSavedAdapter) {
   // On the CPU offloaded layers go through the simulated copy engine: the same code path as on
   // a GPU (host store, slot ring, prefetch, rebinding), without the memory saving.

@@ -1,0 +1,95 @@
+// See offloaded_activations.h.
+#include "engine/schedule/offloaded_activations.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+namespace qtrain::engine::schedule {
+
+OffloadedActivations::OffloadedActivations(std::shared_ptr<offload::CopyEngine> engine, int64_t prefetch_depth)
+    : engine_(std::move(engine)), prefetch_depth_(prefetch_depth) {
+  TORCH_CHECK(engine_ != nullptr, "activation offloading needs a copy engine");
+  TORCH_CHECK(
+      prefetch_depth_ >= 1, "activation offloading needs a prefetch depth of at least 1, got ", prefetch_depth_);
+}
+
+void OffloadedActivations::begin_step() {
+  for (Entry& e : entries_) {
+    if (e.out_fence) e.out_fence->synchronize();  // a step abandoned mid-way: its copies still read
+    if (e.in_fence) e.in_fence->synchronize();
+    spare_host_.push_back(std::move(e.host));
+  }
+  entries_.clear();
+  copies_out_ = copies_in_ = 0;
+}
+
+void OffloadedActivations::drop_finished_copies_out() {
+  for (Entry& e : entries_) {
+    if (e.leaving.defined() && e.out_fence->ready()) e.leaving = at::Tensor();
+  }
+}
+
+int64_t OffloadedActivations::stash(const at::Tensor& h) {
+  TORCH_CHECK(h.device() == engine_->device(),
+              "activation offloading stashes tensors on ",
+              engine_->device(),
+              ", got one on ",
+              h.device());
+  drop_finished_copies_out();
+  Entry e;
+  e.leaving = h.contiguous();
+  e.sizes = h.sizes().vec();
+  e.dtype = h.scalar_type();
+  const int64_t bytes = static_cast<int64_t>(e.leaving.nbytes());
+  const auto spare =
+      std::find_if(spare_host_.begin(), spare_host_.end(), [&](const at::Tensor& t) { return t.numel() == bytes; });
+  if (spare != spare_host_.end()) {
+    e.host = std::move(*spare);
+    spare_host_.erase(spare);
+  } else {
+    e.host = engine_->host_buffer(bytes);
+  }
+  // The copy reads `h` once the compute that writes it is done (rule 1 of the Note, mirrored).
+  e.out_fence = engine_->copy(e.leaving.reshape({-1}).view(at::kByte), e.host, engine_->compute_fence());
+  ++copies_out_;
+  entries_.push_back(std::move(e));
+  return static_cast<int64_t>(entries_.size()) - 1;
+}
+
+void OffloadedActivations::fetch(Entry& e) {
+  if (e.back.defined() || e.leaving.defined()) return;  // on its way back, or never left the device
+  e.back = engine_->device_buffer(static_cast<int64_t>(e.host.numel()));
+  e.in_fence = engine_->copy(e.host, e.back, engine_->compute_fence());
+  ++copies_in_;
+}
+
+at::Tensor OffloadedActivations::restore(int64_t key) {
+  TORCH_CHECK(key >= 0 && key < static_cast<int64_t>(entries_.size()) && !entries_[key].restored,
+              "activation offloading: input ",
+              key,
+              " was not stashed in this step or was restored already");
+  drop_finished_copies_out();
+  for (int64_t k = key - 1; k >= 0 && k >= key - prefetch_depth_; --k) fetch(entries_[k]);
+  Entry& e = entries_[key];
+  e.restored = true;
+  at::Tensor out;
+  if (e.leaving.defined()) {
+    // Its copy out is still running (the last layers of a fast forward): the device tensor is
+    // still here and holds the same bytes.
+    out = std::move(e.leaving);
+  } else {
+    fetch(e);
+    engine_->compute_wait(e.in_fence);
+    out = std::move(e.back).view(e.dtype).view(e.sizes);
+  }
+  return out;
+}
+
+int64_t OffloadedActivations::host_bytes() const {
+  int64_t total = 0;
+  for (const Entry& e : entries_) total += static_cast<int64_t>(e.host.nbytes());
+  return total;
+}
+
+}  // namespace qtrain::engine::schedule

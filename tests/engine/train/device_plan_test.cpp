@@ -1,0 +1,38 @@
+// Tests for engine/train/device_plan's host-memory check: a plan that pins more than three
+// quarters of the available host RAM (offloaded layers plus offloaded activations) is refused with
+// both parts and the fix; one within it, one that pins nothing, and an unreadable MemAvailable
+// pass; this machine's MemAvailable is read.
+#include "engine/train/device_plan.h"
+
+#include <gtest/gtest.h>
+
+namespace qtrain::engine::train {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+offload::MemoryPlan pinning(int64_t layers, int64_t activations) {
+  offload::MemoryPlan p;
+  p.host_bytes = layers;
+  p.activation_host_bytes = activations;
+  return p;
+}
+
+TEST(PinnedMemory, APlanPinningMoreThanThreeQuartersOfTheAvailableRamIsRefused) {
+  EXPECT_EQ(pinned_memory_problem(pinning(10 * kGiB, 2 * kGiB), 16 * kGiB), "");
+  const auto problem = pinned_memory_problem(pinning(10 * kGiB, 3 * kGiB), 16 * kGiB);
+  EXPECT_EQ(problem,
+            "the plan pins 13.00 GiB of host RAM (10.00 GiB for offloaded layers, 3.00 GiB for offloaded activations), "
+            "more than three quarters of the 16.00 GiB this machine has available (MemAvailable in /proc/meminfo); "
+            "pinned memory cannot be swapped out. Offload fewer layers (offload_layers), set activation_offloading: "
+            "false, or lower sequence_len or micro_batch_size");
+  EXPECT_EQ(pinned_memory_problem(pinning(0, 0), 0), "") << "nothing pinned";
+  EXPECT_EQ(pinned_memory_problem(pinning(kGiB, kGiB), -1), "") << "MemAvailable unknown";
+}
+
+TEST(PinnedMemory, ThisMachinesAvailableRamIsRead) {
+  EXPECT_GT(host_memory_available_bytes(), 64 * (int64_t{1} << 20));
+}
+
+}  // namespace
+}  // namespace qtrain::engine::train
