@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/io/remove_tree.h"
+#include "offload/simulated_copy_engine.h"
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
 #include "tests/temp_dir.h"
@@ -130,6 +131,28 @@ INSTANTIATE_TEST_SUITE_P(Bases,
                                          Variant{QuantSpec::Kind::int8, 2, 1, "int8_2ranks"},
                                          Variant{QuantSpec::Kind::none, 1, 1, "float_1rank"}),
                          [](const auto& info) { return info.param.name; });
+
+// A sharded base with offloaded activations: every rank's checkpointed inputs go through its own
+// copy engine and back, and the ranks still train bitwise as the resident model.
+TEST(ShardedWeights, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
+  auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
+  const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
+  std::vector<test::StepsResult> got(2);
+  std::vector<int64_t> copies_out(2);
+  test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
+    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded);
+    auto engine = std::make_shared<offload::SimulatedCopyEngine>(
+        offload::SimulatedCopyOptions{std::chrono::milliseconds(1), false});
+    auto activations = std::make_shared<schedule::OffloadedActivations>(engine, 1);
+    got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none, activations);
+    copies_out[comm.rank()] = activations->copies_out();
+  });
+  for (int64_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(copies_out[r], got[r].checkpointed) << "rank " << r;
+    test::expect_same_steps(got[r], want, "rank " + std::to_string(r));
+  }
+}
 
 // Each rank reads only the layers it is the reader of (layer i: rank i mod 2): its own folder
 // has NaN in every other layer's weights, which no reader would let through. The shards it gets

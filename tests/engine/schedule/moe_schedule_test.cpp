@@ -1,4 +1,4 @@
-// Scheduling of MoE layers: checkpointing on or off, and layers offloaded (simulated copy
+// Scheduling of MoE layers: checkpointing on or off, layers or activations offloaded (simulated copy
 // engine, experts and all) or resident, give bitwise-identical losses and LoRA gradients,
 // attention and expert LoRA alike, on the Mixtral and Gemma 4 fixtures with NF4 experts and with
 // either expert kernel (per expert, grouped), and with the load-balancing loss on the Mixtral
@@ -14,6 +14,8 @@
 
 namespace qtrain::engine::schedule {
 namespace {
+
+using namespace std::chrono_literals;
 
 model::CausalLM load_with_lora(const std::string& name,
                                nlohmann::json model_config = nlohmann::json::object(),
@@ -37,6 +39,10 @@ model::CausalLM load_with_lora(const std::string& name,
   return lm;
 }
 
+std::shared_ptr<OffloadedActivations> activation_store(std::shared_ptr<offload::CopyEngine> engine) {
+  return std::make_shared<OffloadedActivations>(std::move(engine), 1);
+}
+
 struct Steps {
   std::vector<at::Tensor> losses, grads;
 };
@@ -45,8 +51,10 @@ Steps two_steps(const std::string& name,
                 model::CausalLM& lm,
                 std::shared_ptr<WeightResidency> residency,
                 CheckpointPolicy policy,
-                int64_t every_k = 1) {
+                int64_t every_k = 1,
+                std::shared_ptr<OffloadedActivations> activations = nullptr) {
   LayerScheduler scheduler(lm, std::move(residency));
+  scheduler.offload_activations(std::move(activations));
   const auto plan = scheduler.prepare_training(policy, every_k);
   const auto ref = io::SafetensorsFile::open(test::moe_fixture(name) / "reference.safetensors");
   Steps r;
@@ -90,6 +98,10 @@ Steps check_schedules(const std::string& name, model::ExpertKernel kernel) {
   auto offloaded = std::make_shared<OffloadedWeights>(
       lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
   expect_identical(plain, two_steps(name, lm, offloaded, CheckpointPolicy::every_layer), "offload");
+  const auto engine = std::make_shared<offload::SimulatedCopyEngine>(offload::SimulatedCopyOptions{1ms, false});
+  expect_identical(plain,
+                   two_steps(name, lm, nullptr, CheckpointPolicy::every_layer, 1, activation_store(engine)),
+                   "activation offloading");
   return plain;
 }
 
@@ -106,7 +118,8 @@ TEST_P(MoeSchedule, CheckpointingAndOffloadChangeNoLossAndNoGradientBit) {
   }
   // The two kernels agree to float32 summation order (tests/engine/model/grouped_experts_test.cpp).
   for (size_t i = 0; i < runs[0].losses.size(); ++i) {
-    EXPECT_LT((runs[1].losses[i] - runs[0].losses[i]).abs().item<double>(), 1e-5 * runs[0].losses[i].abs().item<double>());
+    EXPECT_LT((runs[1].losses[i] - runs[0].losses[i]).abs().item<double>(),
+              1e-5 * runs[0].losses[i].abs().item<double>());
   }
   for (size_t i = 0; i < runs[0].grads.size(); ++i) {
     EXPECT_LT((runs[1].grads[i] - runs[0].grads[i]).abs().max().item<double>(),
@@ -137,6 +150,10 @@ TEST(MoeSchedule, LoadBalancingLossChangesNoBitUnderCheckpointingAndOffload) {
   auto offloaded = std::make_shared<OffloadedWeights>(
       lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
   expect_identical(plain, two_steps("mixtral", lm, offloaded, CheckpointPolicy::every_layer), "offload");
+  const auto engine = std::make_shared<offload::SimulatedCopyEngine>(offload::SimulatedCopyOptions{1ms, false});
+  expect_identical(plain,
+                   two_steps("mixtral", lm, nullptr, CheckpointPolicy::every_kth, 2, activation_store(engine)),
+                   "activation offloading, every other layer checkpointed");
 }
 
 }  // namespace
