@@ -108,7 +108,7 @@ const std::vector<std::string> kChatDatasetKeys = {"field_messages",
                                                    "chat_template_jinja"};
 
 const std::vector<std::string> kDatasetKeys = [] {
-  std::vector<std::string> keys = {"path", "type", "ds_type", "field"};
+  std::vector<std::string> keys = {"path", "type", "ds_type", "split", "field"};
   keys.insert(keys.end(), kChatDatasetKeys.begin(), kChatDatasetKeys.end());
   return keys;
 }();
@@ -158,7 +158,6 @@ const std::vector<RefusedKey> kRefused = {
 
 // Keys of a `datasets` entry that axolotl has and qtrain refuses; see Note [Recognised axolotl keys].
 const std::vector<RefusedKey> kRefusedDatasetKeys = {
-    {"split", "qtrain reads the whole local file; remove the key"},
     {"name", "qtrain reads local files, not Hub dataset configurations; remove the key"},
     {"data_files", "give each local file as the path of its own datasets entry"},
     {"field_system",

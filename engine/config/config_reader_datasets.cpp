@@ -186,6 +186,12 @@ DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
                           conversion_hint(d.path, v));
     }
   }
+  if (const Entry* split = value_of("split")) {
+    d.split = text_of(*split, "split: train[:10%]");
+    const ParsedSplit parsed = parse_split(d.split);
+    if (!parsed.problem.empty()) split->fail_value(parsed.problem);
+    d.split_slice = parsed.slice;
+  }
   if (const Entry* type = value_of("type")) {
     d.type = choice_of(*type,
                        {"completion", "alpaca", "input_output", "chat_template", "pretokenized"},

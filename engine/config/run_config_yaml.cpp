@@ -87,6 +87,7 @@ std::string to_yaml(const RunConfig& c) {
       if (!d.type.empty()) {
         out << "    type: " << d.type << "\n";
       }
+      if (!d.split.empty()) out << "    split: " << quoted(d.split) << "\n";
       if (d.type == "completion") {
         out << "    field: " << quoted(d.field) << "\n";
       }

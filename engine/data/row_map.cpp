@@ -85,15 +85,27 @@ std::vector<Sample> map_jsonl_rows(const std::filesystem::path& path,
   std::ifstream in(path);
   TORCH_CHECK(in, path.string(), ": cannot open the dataset file (does it exist, is it readable?)");
   TORCH_CHECK(options.chunk_rows > 0, "map_jsonl_rows: chunk_rows must be positive, got ", options.chunk_rows);
+  const bool sliced = options.slice.from || options.slice.to;
   if (is_json_array(path, in)) {
-    // Parsed whole and converted on the calling thread, in order, by for_each_jsonl_row.
+    // Parsed whole and converted on the calling thread, in order, by for_each_jsonl_row (twice
+    // when sliced: first to count the rows).
+    int64_t rows = 0;
+    if (sliced) rows = for_each_jsonl_row(path, [](const nlohmann::ordered_json&, const std::string&) {});
+    const auto [first, last] = config::split_rows(options.slice, rows);
     std::vector<Sample> out;
-    for_each_jsonl_row(
-        path, [&](const nlohmann::ordered_json& row, const std::string& where) { to_samples(row, where, out); });
+    int64_t index = 0;
+    for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+      if (!sliced || (index >= first && index < last)) to_samples(row, where, out);
+      ++index;
+    });
     return out;
   }
   const auto threads = static_cast<size_t>(row_map_threads(options.threads));
-  const int64_t total = options.progress ? count_rows(path) : 0;
+  const int64_t rows = options.progress || sliced ? count_rows(path) : 0;
+  // The rows [first, last) of the file's non-blank lines are converted; the others are skipped.
+  const auto [first, last] = sliced ? config::split_rows(options.slice, rows) : std::pair<int64_t, int64_t>{0, rows};
+  const int64_t total = sliced ? std::max<int64_t>(last - first, 0) : rows;
+  int64_t row_index = 0;
 
   std::vector<Sample> out;
   std::vector<Line> lines;
@@ -113,6 +125,12 @@ std::vector<Sample> map_jsonl_rows(const std::filesystem::path& path,
       }
       ++number;
       if (is_blank(text)) continue;
+      const int64_t index = row_index++;
+      if (sliced && index >= last) {
+        more = false;
+        break;
+      }
+      if (sliced && index < first) continue;
       bytes += text.size();
       lines.push_back({std::move(text), number});
     }

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/config/dataset_split.h"
 #include "engine/data/pretokenized.h"
 
 namespace qtrain::engine::data {
@@ -24,6 +25,9 @@ struct RowMapOptions {
   // Called on the calling thread about every 100 ms with the rows converted so far and the rows of
   // the file, and once when all are done. Unset: the file is not counted ahead.
   std::function<void(int64_t done, int64_t total)> progress;
+  // The rows used, as a dataset's `split` selects them (engine/config/dataset_split.h); counted
+  // over the non-blank lines (or array elements), before any row is converted.
+  config::SplitSlice slice;
 };
 
 // Converts one row (`where` is "file:line" for messages) by appending its samples to `samples`.

@@ -62,6 +62,7 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                           c.special_tokens.pad_token,
                           c.special_tokens.unk_token}},
                         {"excess_length_strategy", d.excess_length_strategy},
+                        {"split", d.split},
                         {"sequence_len", c.sequence_len},
                         {"train_on_inputs", c.train_on_inputs},
                         {"has_tokenizer", has_tokenizer}}
@@ -93,6 +94,7 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     if (progress) line.emplace("data: " + d.path.string(), "rows");
     data::RowMapOptions rows;
     rows.threads = c.dataset_processes;
+    rows.slice = d.split_slice;
     if (line) rows.progress = [&](int64_t done, int64_t total) { line->update(done, total); };
     // Pre-tokenized ids are checked against the model's vocabulary here; a tokenizer's ids are
     // within it already (model_tokenizer checks the tokenizer's size).

@@ -16,7 +16,7 @@ family's documented exceptions), and whether transformers' AutoTokenizer gives
 the same ids as `tokenizers.Tokenizer.from_file` (the parity target).
 
 Families: llama3, qwen3, mistral_v01 (SentencePiece-style legacy),
-mistral_tekken, gemma3, llama2_nonlegacy (a Llama-2 style tokenizer.json whose
+mistral_tekken, gemma3, gemma4, llama2_nonlegacy (a Llama-2 style tokenizer.json whose
 tokenizer_config says legacy=false, to show transformers v5 rebuilding it).
 
 Usage (this is test tooling; it is never run by qtrain itself; scripts/reference/
@@ -140,6 +140,23 @@ FAMILIES = {
                    specials=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[@BOS@]",
                              "<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"],
                    # user-defined SentencePiece pieces become non-special added tokens
+                   nonspecial=["<h1>", "</h1>", "\t\t", "\n\n\n"],
+                   bos="<bos>", eos="<eos>", unk="<unk>",
+                   tok_config=dict(tokenizer_class="GemmaTokenizer", add_bos_token=True,
+                                   add_eos_token=False, bos_token="<bos>", eos_token="<eos>",
+                                   unk_token="<unk>", pad_token="<pad>"),
+                   model_type="gemma3_text"),
+    # Gemma 4: Gemma's SentencePiece-style pipeline with Gemma 4's turn, thinking, tool and media
+    # tokens (the real ids are not reproduced: <|turn>/<turn|> are 106 there).
+    "gemma4": dict(kind="spm", flavour="gemma", vocab=3000,
+                   head=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[@BOS@]",
+                         "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
+                         "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
+                         "<|image|>", "<|audio|>", "<|video|>"],
+                   specials=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[@BOS@]",
+                             "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
+                             "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
+                             "<|image|>", "<|audio|>", "<|video|>"],
                    nonspecial=["<h1>", "</h1>", "\t\t", "\n\n\n"],
                    bos="<bos>", eos="<eos>", unk="<unk>",
                    tok_config=dict(tokenizer_class="GemmaTokenizer", add_bos_token=True,
@@ -319,6 +336,9 @@ def tests_for(fam):
         extra.append("<s>[INST] Hi! [/INST] Ok</s>[INST] again [/INST]")
     if fam["name"] == "gemma3":
         extra.append("<bos><start_of_turn>user\nHi!<end_of_turn>\n<start_of_turn>model\nOk<end_of_turn>\n")
+    if fam["name"] == "gemma4":
+        extra.append("<bos><|turn>user\nHi!<turn|>\n<|turn>model\n<|channel>thought\n<channel|>Ok<turn|>\n")
+        extra.append('<|tool_call>call:f{a:<|"|>x<|"|>}<tool_call|><|image|>')
     return BASE_TESTS + extra
 
 

@@ -4,8 +4,8 @@
 // model of their family with that family's stand-in tokenizer (max_steps 2, sequence_len 128 and
 // device cpu set from the command line to keep the test short); their evaluations and checkpoints
 // come at the steps axolotl's evals_per_epoch / saves_per_epoch give, and Mistral's loss watchdog
-// stops a run whose loss stays high. The others report every remaining problem at once, each with
-// its place; Gemma 2's trains.
+// stops a run whose loss stays high. Gemma 2's and Gemma 4 26B-A4B's (on a tiny Gemma 4 MoE shaped
+// as the release) train; Gemma 3's reports its one remaining problem with its place.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/io/remove_tree.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/init_model.h"
 #include "engine/model/model_config.h"
 #include "tests/temp_dir.h"
@@ -93,12 +94,35 @@ class AxolotlExamples : public ::testing::Test {
   fs::path model(engine::model::Architecture arch, const std::string& tokenizer) const {
     const auto folder = dir_ / ("model-" + engine::model::architecture_name(arch));
     if (fs::exists(folder)) return folder;
-    auto config = engine::model::preset_config(arch, "tiny");
+    auto config = engine::model::preset_config(arch, arch == engine::model::Architecture::gemma4 ? "tiny-moe" : "tiny");
     config.vocab_size = 4096;  // every stand-in tokenizer has fewer ids
     engine::model::write_random_model(folder, config, /*seed=*/7);
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
       fs::copy_file(fixtures_ / "tokenizers" / tokenizer / f, folder / f);
     }
+    return folder;
+  }
+
+  // A tiny random Gemma 4 MoE shaped as Gemma 4 26B-A4B's release is: a Gemma4ForConditionalGeneration
+  // folder (config.json's text_config, the decoder's tensors under model.language_model.), with
+  // the Gemma 4 stand-in tokenizer (its turn, thinking, tool and media tokens).
+  fs::path gemma4_multimodal() const {
+    const auto text = model(engine::model::Architecture::gemma4, "gemma4");
+    const auto folder = dir_ / "model-gemma4-multimodal";
+    if (fs::exists(folder)) return folder;
+    fs::create_directories(folder);
+    auto text_config = nlohmann::json::parse(std::ifstream(text / "config.json"));
+    text_config.erase("architectures");
+    std::ofstream(folder / "config.json") << nlohmann::json{
+        {"architectures", {"Gemma4ForConditionalGeneration"}},
+        {"model_type", "gemma4"},
+        {"text_config", text_config}}.dump(2);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& [name, t] : engine::io::safetensors_load(text / "model.safetensors")) {
+      if (name.starts_with("model.")) tensors.emplace_back("model.language_model." + name.substr(6), t);
+    }
+    engine::io::safetensors_save(folder / "model.safetensors", tensors);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(text / f, folder / f);
     return folder;
   }
 
@@ -155,6 +179,9 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
       {"mistral/lora.yml", Architecture::mistral, "mistral_v01", "alpaca.jsonl", 2, {}},  // load_in_8bit
       {"qwen2/qlora-fsdp.yaml", Architecture::qwen2, "qwen3", "alpaca.jsonl", 2, {1, 2}},
       {"qwen3/8b-lora-fused-attn.yaml", Architecture::qwen3, "qwen3", "alpaca.jsonl", 0, {}},  // no evals_per_epoch
+      // split: train[:20%] (8 rows, one step per epoch), chat_template: qwen3, gradient_checkpointing:
+      // offload, val_set_size 0.
+      {"qwen3/32b-qlora.yaml", Architecture::qwen3, "qwen3", "chat.jsonl", 0, {1, 2}},
   };
   for (const auto& e : examples) {
     SCOPED_TRACE(e.file);
@@ -228,13 +255,52 @@ TEST_F(AxolotlExamples, TheOtherExamplesReportWhatIsMissingTogether) {
     }
     return out;
   };
-  // A dataset split (qwen3) and unfrozen_parameters (gemma3) are refused; gemma2 loads (its
-  // architecture is refused when the model is read, below).
-  EXPECT_EQ(keys(problems(example("qwen3/32b-qlora.yaml", base, chat))), std::vector<std::string>{"datasets[0].split"});
+  // unfrozen_parameters (gemma3) is refused; gemma2 loads (and trains, below).
   EXPECT_EQ(problems(example("gemma2/qlora.yml", base, chat)), std::vector<std::string>{});
   const auto gemma3 = problems(example("gemma3/gemma-3-1b-qlora.yml", base, chat));
   EXPECT_EQ(keys(gemma3), std::vector<std::string>{"unfrozen_parameters"});
   for (const auto& message : gemma3) EXPECT_NE(message.find(".yml:"), std::string::npos) << message;
+}
+
+// axolotl's Gemma 4 26B-A4B QLoRA example as it is (kernel switches, a regex lora_target_modules
+// for model.language_model.*, expert LoRA, chat_template gemma4 with <turn|> as its eot token,
+// split train[:10%], adamw_torch_8bit, activation offloading) trains a tiny random Gemma 4 MoE
+// shaped as the release: every regex-named linear and both expert tensors get an adapter, and the
+// 4 of the 40 conversations that train[:10%] selects are what it trains on.
+TEST_F(AxolotlExamples, TheGemma4MoeExampleTrains) {
+  const auto config = example("gemma4/26b-a4b-moe-qlora.yaml", gemma4_multimodal(), (dir_ / "chat.jsonl").string());
+  EXPECT_EQ(problems(config), std::vector<std::string>{});
+  const auto out = dir_ / "out-gemma4";
+  const auto [status, log] =
+      run(std::string(QTRAIN_BINARY) + " train " + config.string() +
+          " --set device=cpu --set max_steps=2 --set sequence_len=128 --set output_dir=" + out.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("use_scattermoe (ScatterMoE speeds up the Python stack's experts"), std::string::npos) << log;
+  EXPECT_NE(log.find("optimizer: adamw_torch_8bit (torchao's 8-bit AdamW is not implemented"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("activation offloading: checkpointed layers' inputs wait in"), std::string::npos) << log;
+  // train[:10%] of 40 rows: 4, and val_set_size 0.05 holds out one of them.
+  EXPECT_NE(log.find("chat.jsonl: 4 rows"), std::string::npos) << log;
+  int losses = 0;
+  std::ifstream metrics(out / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) {
+      ++losses;
+      EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << line;
+    }
+  }
+  EXPECT_EQ(losses, 2) << log;
+  // The tiny model's 2 layers: q, k, v, o and the dense MLP's gate, up, down by the regex, and the
+  // experts' gate_up and down, each with A and B.
+  const auto adapter = engine::io::SafetensorsFile::open(out / "adapter_model.safetensors");
+  int64_t linears = 0, experts = 0;
+  for (const auto& t : adapter.tensors()) {
+    EXPECT_TRUE(t.name.starts_with("base_model.model.model.language_model.layers.")) << t.name;
+    (t.name.find(".experts.") != std::string::npos ? experts : linears) += 1;
+  }
+  EXPECT_EQ(experts, 2 * 2 * 2);
+  EXPECT_GE(linears, 2 * 6 * 2) << "every regex-named projection has A and B";
 }
 
 // The Gemma 2 example as it is (chat_template: gemma, drop_system_message, <end_of_turn> as its

@@ -764,9 +764,13 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
       {kHead + "datasets:\n  - path: a.jsonl\n    type: alpaca\n    field: text\n",
        {},
        "run.yaml:6:5: datasets[0].field: field applies only to type: completion"},
-      {kHead + "datasets:\n  - path: a.jsonl\n    split: train\n",
+      {kHead + "datasets:\n  - path: a.jsonl\n    split: validation\n",
        {},
-       "run.yaml:5:5: datasets[0].split: axolotl key 'split' is not supported by qtrain"},
+       "run.yaml:5:12: datasets[0].split: 'validation': a local file has the one split 'train' (as datasets reads "
+       "it); write e.g. train[:10%]"},
+      {kHead + "datasets:\n  - path: a.jsonl\n    split: train[:10]+train[20:]\n",
+       {},
+       "run.yaml:5:12: datasets[0].split: 'train[:10]+train[20:]' joins several splits"},
       {kHead + "datasets:\n  - path: a.jsonl\n    path: b.jsonl\n",
        {},
        "run.yaml:5:5: datasets[0].path: duplicate key"},
@@ -1034,13 +1038,14 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
                            "resume_from_checkpoint=true",
                            "gradient_checkpointing=false",
                            "bf16=true",
-                           "datasets=[{path: '#x.jsonl', type: completion, field: 'null'}]",
+                           "datasets=[{path: '#x.jsonl', type: completion, field: 'null', split: 'train[-10%:]'}]",
                            "offload_layers=auto",
                            "offload_prefetch_depth=2",
                            "gpu_memory_limit=1.5GiB"}));
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
-  configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0"}));
+  EXPECT_EQ(configs.back().datasets[0].split_slice, (SplitSlice{-10, std::nullopt, true}));
+  configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0", "activation_offloading=true"}));
   configs.push_back(parse(kMinimal, {"lora_target_modules='model.layers.[\\d]+.self_attn.(q|v)_proj'"}));
   EXPECT_EQ(configs.back().lora_target_modules_regex, "model.layers.[\\d]+.self_attn.(q|v)_proj");
   EXPECT_TRUE(configs.back().lora_target_modules.empty());

@@ -1,7 +1,8 @@
 // Tests for engine/data/row_map: the samples of completion, alpaca and chat_template datasets
 // through the stand-in Hugging Face tokenizers are the same, bit for bit and in order, on 1 and 8
 // threads over a file of many rounds; the first bad row's error wins over a later one that fails
-// first on another thread; blank lines, several samples per row and the progress counts.
+// first on another thread; blank lines, several samples per row and the progress counts; a
+// split converts only the rows it selects.
 #include "engine/data/row_map.h"
 
 #include <gtest/gtest.h>
@@ -150,6 +151,51 @@ TEST_F(RowMapTest, SamplesComeInLineOrderWithSeveralOrNonePerRow) {
   for (size_t i = 0; i < samples.size(); ++i) ASSERT_EQ(samples[i].input_ids, expected[i].input_ids) << i;
   EXPECT_EQ(last_done, 1000);
   EXPECT_EQ(last_total, 1000);  // blank lines are not rows
+}
+
+// A dataset's split: the rows it selects, counted over non-blank lines (or array elements), are
+// the ones converted, in order, in JSONL and JSON-array files alike; rows outside it are not even
+// parsed (a broken one there is no error).
+TEST_F(RowMapTest, ASplitConvertsOnlyTheRowsItSelects) {
+  std::string jsonl = "{\"n\": 0}\n\n", array = "[{\"n\": 0}";
+  for (int i = 1; i < 40; ++i) {
+    jsonl += "{\"n\": " + std::to_string(i) + "}\n" + (i % 9 == 0 ? "  \n" : "");
+    array += ", {\"n\": " + std::to_string(i) + "}";
+  }
+  jsonl += "not json\n";  // row 40, outside every slice below
+  array += "]";
+  const auto lines = write(jsonl), elements = write(array, "data.json");
+  const auto numbers = [](const fs::path& path, const std::string& split, int64_t threads) {
+    RowMapOptions options;
+    options.threads = threads;
+    options.chunk_rows = 7;
+    options.slice = config::parse_split(split).slice;
+    int64_t total = -1;
+    options.progress = [&](int64_t, int64_t t) { total = t; };
+    std::vector<int64_t> out;
+    for (const auto& s : map_jsonl_rows(
+             path, options, [](const nlohmann::ordered_json&row, const std::string&, std::vector<Sample>&samples) {
+               samples.push_back({{row.at("n").get<int64_t>()}, {0}});
+             })) {
+      out.push_back(s.input_ids[0]);
+    }
+    if (path.extension() == ".jsonl") EXPECT_EQ(total, static_cast<int64_t>(out.size())) << split;
+    return out;
+  };
+  const auto range = [](int64_t a, int64_t b) {
+    std::vector<int64_t> v;
+    for (int64_t i = a; i < b; ++i) v.push_back(i);
+    return v;
+  };
+  for (const int64_t threads : {1, 4}) {
+    // 41 rows in the JSONL file (the broken last one included), 40 in the array.
+    EXPECT_EQ(numbers(lines, "train[:10%]", threads), range(0, 4));  // round(4.1)
+    EXPECT_EQ(numbers(lines, "train[5:12]", threads), range(5, 12));
+    EXPECT_EQ(numbers(lines, "train[-10%:-2%]", threads), range(37, 40));  // round(-0.82) = -1: not the broken last
+    EXPECT_EQ(numbers(elements, "train[:10%]", threads), range(0, 4));     // round(4.0)
+    EXPECT_EQ(numbers(elements, "train[-5:]", threads), range(35, 40));
+  }
+  expect_error([&] { numbers(lines, "train[-2:]", 1); }, "data.jsonl:46");
 }
 
 TEST_F(RowMapTest, TheFirstBadRowsErrorWinsOverALaterOneThatFailsFirst) {
