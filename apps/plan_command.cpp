@@ -55,6 +55,36 @@ std::string quantization(const engine::config::RunConfig& c) {
   return c.load_in_8bit ? "int8" : "not quantized";
 }
 
+// The longest sequence_len that fits the budget, as configured and with activation offloading
+// switched the other way (checkpointing on), each a multiple of 256.
+void print_longest_sequences(const engine::config::RunConfig& c,
+                             const engine::model::ModelConfig& model,
+                             int64_t budget,
+                             double h2d,
+                             int64_t world) {
+  const auto longest = [&](const engine::config::RunConfig& d) {
+    const int64_t n = engine::train::longest_sequence_len(d, model, budget, h2d, world);
+    return n > 0 ? std::to_string(n) : std::string("none (not even 256 tokens)");
+  };
+  std::printf("longest sequence_len that fits %s (micro_batch_size %lld, offload_layers %s):\n",
+              offload::format_bytes(budget).c_str(),
+              static_cast<long long>(c.micro_batch_size),
+              c.offload_layers_auto ? "auto" : std::to_string(c.offload_layers).c_str());
+  engine::config::RunConfig other = c;
+  other.activation_offloading = !c.activation_offloading;
+  if (other.activation_offloading && other.gradient_checkpointing == engine::config::GradientCheckpointing::off) {
+    other.gradient_checkpointing = engine::config::GradientCheckpointing::every_layer;
+  }
+  const auto& with = c.activation_offloading ? c : other;
+  const auto& without = c.activation_offloading ? other : c;
+  std::printf("  without activation offloading: %s%s\n",
+              longest(without).c_str(),
+              c.activation_offloading ? "" : " (as configured)");
+  std::printf("  with activation_offloading: true: %s%s\n",
+              longest(with).c_str(),
+              c.activation_offloading ? " (as configured)" : "");
+}
+
 void run(const Options& o, int& exit_code) {
   using namespace engine;
   const auto c = load_command_config(o.config, o.sets);
@@ -93,6 +123,7 @@ void run(const Options& o, int& exit_code) {
                         : "");
   const auto plan = train::plan_run(c, model, budget.bytes, h2d, world);
   std::printf("%s", offload::format_plan(plan).c_str());
+  print_longest_sequences(c, model, budget.bytes, h2d, world);
   if (!plan.fits) exit_code = 1;
 }
 

@@ -133,6 +133,27 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c) {
   return s;
 }
 
+int64_t longest_sequence_len(const config::RunConfig& config,
+                             const model::ModelConfig& model,
+                             int64_t budget_bytes,
+                             double h2d_bytes_per_s,
+                             int64_t world_size,
+                             int64_t granularity) {
+  TORCH_CHECK(granularity > 0, "longest_sequence_len: granularity must be positive, got ", granularity);
+  config::RunConfig c = config;
+  const auto fits = [&](int64_t units) {
+    c.sequence_len = units * granularity;
+    return plan_once(c, model, budget_bytes, h2d_bytes_per_s, world_size).fits;
+  };
+  // The step's memory grows with sequence_len, so the lengths that fit are a prefix: bisect it.
+  int64_t good = 0, bad = (int64_t{1} << 24) / granularity + 1;
+  while (bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good * granularity;
+}
+
 offload::MemoryPlan plan_run(const config::RunConfig& config,
                              const model::ModelConfig& model,
                              int64_t budget_bytes,

@@ -30,4 +30,14 @@ offload::MemoryPlan plan_run(const config::RunConfig& config,
                              double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond,
                              int64_t world_size = 1);
 
+// The longest sequence_len (a multiple of `granularity`) whose step fits `budget_bytes` with the
+// config otherwise as given (offload_layers auto or fixed, checkpointing, activation offloading);
+// 0 when not even `granularity` tokens fit. Searched up to 2^24 tokens per micro-batch row.
+int64_t longest_sequence_len(const config::RunConfig& config,
+                             const model::ModelConfig& model,
+                             int64_t budget_bytes,
+                             double h2d_bytes_per_s = offload::kDefaultH2dBytesPerSecond,
+                             int64_t world_size = 1,
+                             int64_t granularity = 256);
+
 }  // namespace qtrain::engine::train

@@ -724,7 +724,10 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
                            "CUDA context",
                            "budget                                      24.00 GiB  fits",
                            "plan: every layer resident, nothing offloaded (offload_layers: auto)",
-                           "PCIe traffic per step: 0 B"}) {
+                           "PCIe traffic per step: 0 B",
+                           "longest sequence_len that fits 24.00 GiB (micro_batch_size 1, offload_layers auto):\n"
+                           "  without activation offloading: ",
+                           " (as configured)\n  with activation_offloading: true: "}) {
     EXPECT_NE(roomy.out.find(part), std::string::npos) << part << "\n" << roomy.out;
   }
 

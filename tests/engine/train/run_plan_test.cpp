@@ -1,0 +1,46 @@
+// Tests for engine/train/run_plan's longest_sequence_len on Llama-3.1-8B's shapes (QLoRA r 32 on
+// every linear layer, 24 GiB): the length it returns fits and one step of 256 more does not, with
+// and without activation offloading, and offloading the activations makes it longer.
+#include "engine/train/run_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/model/init_model.h"
+
+namespace qtrain::engine::train {
+namespace {
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+config::RunConfig qlora_8b(bool offload_activations) {
+  return config::parse_run_config(std::string("base_model: model\nload_in_4bit: true\nadapter: qlora\nlora_r: 32\n"
+                                              "lora_target_linear: true\nmicro_batch_size: 1\nbf16: auto\n"
+                                              "gradient_checkpointing: true\nactivation_offloading: ") +
+                                      (offload_activations ? "true" : "false") + "\n",
+                                  "run.yaml",
+                                  "/tmp");
+}
+
+TEST(LongestSequenceLen, TheLongestLengthFitsAndOneStepMoreDoesNot) {
+  const auto model = model::preset_config(model::Architecture::llama, "llama3-8b");
+  int64_t kept = 0;
+  for (const bool offloaded : {false, true}) {
+    SCOPED_TRACE(offloaded ? "activations offloaded" : "activations kept");
+    auto c = qlora_8b(offloaded);
+    const int64_t n = longest_sequence_len(c, model, 24 * kGiB);
+    ASSERT_GT(n, 0);
+    EXPECT_EQ(n % 256, 0);
+    c.sequence_len = n;
+    EXPECT_TRUE(plan_run(c, model, 24 * kGiB).fits);
+    c.sequence_len = n + 256;
+    EXPECT_FALSE(plan_run(c, model, 24 * kGiB).fits);
+    if (offloaded) {
+      EXPECT_GT(n, kept + kept / 4) << "offloading the checkpointed inputs buys at least a quarter more";
+    }
+    kept = n;
+  }
+  EXPECT_EQ(longest_sequence_len(qlora_8b(false), model, 4 * kGiB), 0) << "the weights alone do not fit 4 GiB";
+}
+
+}  // namespace
+}  // namespace qtrain::engine::train
