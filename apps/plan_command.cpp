@@ -55,34 +55,34 @@ std::string quantization(const engine::config::RunConfig& c) {
   return c.load_in_8bit ? "int8" : "not quantized";
 }
 
-// The longest sequence_len that fits the budget, as configured and with activation offloading
-// switched the other way (checkpointing on), each a multiple of 256.
+// The longest sequence_len that fits the budget for each combination of activation offloading
+// and tiled MLP (checkpointing on where they need it), each a multiple of 256.
 void print_longest_sequences(const engine::config::RunConfig& c,
                              const engine::model::ModelConfig& model,
                              int64_t budget,
                              double h2d,
                              int64_t world) {
-  const auto longest = [&](const engine::config::RunConfig& d) {
-    const int64_t n = engine::train::longest_sequence_len(d, model, budget, h2d, world);
-    return n > 0 ? std::to_string(n) : std::string("none (not even 256 tokens)");
-  };
+  using engine::config::GradientCheckpointing;
   std::printf("longest sequence_len that fits %s (micro_batch_size %lld, offload_layers %s):\n",
               offload::format_bytes(budget).c_str(),
               static_cast<long long>(c.micro_batch_size),
               c.offload_layers_auto ? "auto" : std::to_string(c.offload_layers).c_str());
-  engine::config::RunConfig other = c;
-  other.activation_offloading = !c.activation_offloading;
-  if (other.activation_offloading && other.gradient_checkpointing == engine::config::GradientCheckpointing::off) {
-    other.gradient_checkpointing = engine::config::GradientCheckpointing::every_layer;
+  for (const bool activations : {false, true}) {
+    for (const bool tiled : {false, true}) {
+      engine::config::RunConfig d = c;
+      d.activation_offloading = activations;
+      d.tiled_mlp = tiled;
+      if (activations && d.gradient_checkpointing == GradientCheckpointing::off) {
+        d.gradient_checkpointing = GradientCheckpointing::every_layer;
+      }
+      const int64_t n = engine::train::longest_sequence_len(d, model, budget, h2d, world);
+      std::printf("  activation offloading %-4s tiled MLP %-4s %s%s\n",
+                  activations ? "on," : "off,",
+                  tiled ? "on:" : "off:",
+                  n > 0 ? std::to_string(n).c_str() : "none (not even 256 tokens)",
+                  activations == c.activation_offloading && tiled == c.tiled_mlp ? "  (as configured)" : "");
+    }
   }
-  const auto& with = c.activation_offloading ? c : other;
-  const auto& without = c.activation_offloading ? other : c;
-  std::printf("  without activation offloading: %s%s\n",
-              longest(without).c_str(),
-              c.activation_offloading ? "" : " (as configured)");
-  std::printf("  with activation_offloading: true: %s%s\n",
-              longest(with).c_str(),
-              c.activation_offloading ? " (as configured)" : "");
 }
 
 void run(const Options& o, int& exit_code) {

@@ -57,27 +57,33 @@ inline engine::model::CausalLM load_llama_with_lora(
 }
 
 struct StepsResult {
-  std::vector<at::Tensor> losses;  // per step, on the CPU
-  std::vector<at::Tensor> grads;   // every LoRA tensor's gradient after the steps, on the CPU
-  int64_t checkpointed = 0;        // layers the plan checkpoints
+  std::vector<at::Tensor> losses;         // per step, on the CPU
+  std::vector<at::Tensor> grads;          // every LoRA tensor's gradient after the steps, on the CPU
+  int64_t checkpointed = 0;               // layers the plan checkpoints
+  std::vector<int64_t> activation_bytes;  // per step: what its forward left for backward (StepStats)
 };
 
 // Two training steps (forward + backward each, gradients accumulating) under `residency`
-// (null: every layer resident), the checkpointed inputs in `activations` (null: on the device).
+// (null: every layer resident), the checkpointed inputs in `activations` (null: on the device),
+// the MLPs through `tiled` (null: whole).
 inline StepsResult two_steps(engine::model::CausalLM& lm,
                              std::shared_ptr<engine::schedule::WeightResidency> residency,
                              engine::schedule::CheckpointPolicy policy,
-                             std::shared_ptr<engine::schedule::OffloadedActivations> activations = nullptr) {
+                             std::shared_ptr<engine::schedule::OffloadedActivations> activations = nullptr,
+                             std::shared_ptr<engine::schedule::TiledMlp> tiled = nullptr) {
   engine::schedule::LayerScheduler scheduler(lm, std::move(residency));
   scheduler.offload_activations(std::move(activations));
+  scheduler.tile_mlp(std::move(tiled));
   const auto plan = scheduler.prepare_training(policy);
   const auto& batch = llama_fixture();
   StepsResult r;
   r.checkpointed = plan.num_checkpointed();
+  r.activation_bytes.clear();
   for (auto& p : lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
   at::manual_seed(123);
   for (int step = 0; step < 2; ++step) {
     const auto [sum, tokens] = scheduler.train_forward(plan, batch.ids, batch.labels);
+    r.activation_bytes.push_back(scheduler.stats().activation_bytes);
     (sum / tokens).backward();
     r.losses.push_back(sum.detach().cpu());
   }

@@ -368,6 +368,16 @@ RunConfig read_config(Reader& r) {
       }
     }
   });
+  c.tiled_mlp = r.boolean("tiled_mlp", c.tiled_mlp);
+  c.tiled_mlp_num_shards = r.integer("tiled_mlp_num_shards",
+                                     c.tiled_mlp_num_shards,
+                                     at_least(0),
+                                     "use a number of chunks, or 0 (chunks of at most 4096 tokens)");
+  r.guard({"tiled_mlp_num_shards", "tiled_mlp"}, [&] {
+    if (const Entry* e = r.find_written("tiled_mlp_num_shards"); e && c.tiled_mlp_num_shards > 0 && !c.tiled_mlp) {
+      fail(e->key_place(), e->key, "has no effect unless tiled_mlp: true; set that, or remove this key");
+    }
+  });
   r.guard({"activation_offloading", "gradient_checkpointing"}, [&] {
     const Entry* e = r.find("activation_offloading");
     if (e == nullptr) return;

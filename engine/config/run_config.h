@@ -219,6 +219,11 @@ struct RunConfig {
   // on a GPU) instead of device memory (engine/schedule/offloaded_activations.h). axolotl's true,
   // legacy and hidden_states, and gradient_checkpointing: offload; needs gradient checkpointing.
   bool activation_offloading = false;
+  // (axolotl) Each layer's dense MLP runs forward and backward in chunks of tokens
+  // (engine/schedule/tiled_mlp.h): tiled_mlp_num_shards chunks, or with 0 chunks of at most 4,096
+  // tokens (axolotl's default aims at 32,768 for its MoE kernel's speed).
+  bool tiled_mlp = false;
+  int64_t tiled_mlp_num_shards = 0;
   // Compute dtype of activations and adapters; neither: float32.
   Bf16 bf16 = Bf16::off;
   bool fp16 = false;

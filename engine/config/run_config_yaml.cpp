@@ -164,6 +164,8 @@ std::string to_yaml(const RunConfig& c) {
   }
   line("gradient_checkpointing_every_k", std::to_string(c.gradient_checkpointing_every_k));
   line("activation_offloading", c.activation_offloading ? "true" : "false");
+  line("tiled_mlp", c.tiled_mlp ? "true" : "false");
+  line("tiled_mlp_num_shards", std::to_string(c.tiled_mlp_num_shards));
   switch (c.bf16) {
     case Bf16::off:
       line("bf16", "false");

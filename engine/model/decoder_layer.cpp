@@ -42,11 +42,15 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
   if (gemma4) options.scale = 1.0;
   auto attn = ops::causal_attention(qh, kh, vh.transpose(1, 2), options, inputs.segments);
   auto a = o.forward(attn.transpose(1, 2).reshape({b, t, c.num_heads * hd}), training);
-  // Gated MLP: SwiGLU, or Gemma's GeGLU with its norms around it (See Note [Gemma decoder]).
-  auto mlp = [&](const at::Tensor& x) {
-    auto g = gate.forward(x, training);
+  // Gated MLP: SwiGLU, or Gemma's GeGLU with its norms around it (See Note [Gemma decoder]). It
+  // holds the layer and the config, not this call's locals: a runner may call it in backward.
+  const MlpFn dense_mlp = [layer = this, &c, training](const at::Tensor& x) {
+    auto g = layer->gate.forward(x, training);
     g = c.hidden_act == Activation::gelu_tanh ? at::gelu(g, "tanh") : at::silu(g);
-    return down.forward(g * up.forward(x, training), training);
+    return layer->down.forward(g * layer->up.forward(x, training), training);
+  };
+  auto mlp = [&](const at::Tensor& x) {
+    return inputs.mlp_runner ? inputs.mlp_runner(dense_mlp, x, mlp_parameters()) : dense_mlp(x);
   };
   if (c.gemma) {
     auto h1 = h + norm(a, post_attn_norm);
@@ -115,6 +119,18 @@ std::vector<const LinearLayer*> DecoderLayer::weight_linears() const {
 
 std::vector<LinearLayer*> DecoderLayer::weight_linears() {
   return linears_of(*this, true);
+}
+
+std::vector<at::Tensor> DecoderLayer::mlp_parameters() const {
+  std::vector<at::Tensor> params;
+  if (!has_dense_mlp()) return params;
+  for (const auto* l : {&gate, &up, &down}) {
+    if (l->lora) {
+      params.push_back(l->lora->a);
+      params.push_back(l->lora->b);
+    }
+  }
+  return params;
 }
 
 std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {

@@ -7,6 +7,7 @@
 // recomputed is the scheduler's business (engine/schedule).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -65,6 +66,13 @@ namespace qtrain::engine::model {
 //   expert compute]: the K expert rows of a token are weighted by the float32 routing weights and
 //   summed in float32, as transformers' default grouped_mm kernel does.
 
+// A layer's dense MLP as a function of its input [..., H], and what runs it: the runner is given
+// the MLP (which stays valid as long as the model, so it may be called again in backward), its
+// input and its trainable tensors (the LoRA A and B of gate, up and down). Tiled MLP
+// (engine/schedule/tiled_mlp.h) runs it in chunks of tokens.
+using MlpFn = std::function<at::Tensor(const at::Tensor&)>;
+using MlpRunner = std::function<at::Tensor(MlpFn mlp, const at::Tensor& x, std::vector<at::Tensor> params)>;
+
 // What every layer of one step shares besides the hidden state.
 struct LayerInputs {
   ops::RopeTables rope;
@@ -78,6 +86,8 @@ struct LayerInputs {
   // [Load-balancing loss]; unlike router_logits, checkpointed layers record too.
   std::vector<RouterLoad>* router_loads = nullptr;
   at::Tensor router_token_weights;
+  // Runs each layer's dense MLP; unset: called directly.
+  MlpRunner mlp_runner;
 
   // The tables a layer uses: its own for a sliding layer where there are any.
   const ops::RopeTables& rope_for(bool sliding) const {
@@ -118,6 +128,8 @@ struct DecoderLayer {
   std::vector<LinearLayer*> weight_linears();
   // The trainable tensors of this layer (LoRA A and B of every adapted linear), in a fixed order.
   std::vector<at::Tensor> trainable_parameters() const;
+  // The dense MLP's: LoRA A and B of gate, up and down where adapted.
+  std::vector<at::Tensor> mlp_parameters() const;
 };
 
 }  // namespace qtrain::engine::model

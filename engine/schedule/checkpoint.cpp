@@ -15,8 +15,10 @@ model::LayerInputs layer_inputs(const at::Tensor& cos,
                                 const at::Tensor& sin,
                                 const at::Tensor& segments,
                                 const at::Tensor& token_weights,
-                                std::vector<model::RouterLoad>* loads) {
+                                std::vector<model::RouterLoad>* loads,
+                                const model::MlpRunner& mlp_runner) {
   model::LayerInputs in;
+  in.mlp_runner = mlp_runner;
   in.rope = ops::RopeTables{cos, sin};
   if (segments.numel() > 0) in.segments = segments;
   if (token_weights.numel() > 0) {
@@ -48,8 +50,10 @@ torch::autograd::variable_list CheckpointFunction::forward(torch::autograd::Auto
   }
   // apply() runs this under no-grad: nothing inside the layer is recorded or kept.
   std::vector<model::RouterLoad> loads;
-  auto out = context->layer->forward(
-      h, layer_inputs(cos, sin, segments, token_weights, &loads), *context->config, context->training);
+  auto out = context->layer->forward(h,
+                                     layer_inputs(cos, sin, segments, token_weights, &loads, context->mlp_runner),
+                                     *context->config,
+                                     context->training);
   if (loads.empty()) return {out};
   ctx->mark_non_differentiable({loads[0].counts});
   return {out, loads[0].prob_sum, loads[0].counts};
@@ -72,8 +76,10 @@ torch::autograd::variable_list CheckpointFunction::backward(torch::autograd::Aut
   std::vector<model::RouterLoad> loads;  // the recompute's: differentiated, never recorded
   {
     RngStateGuard rng(h_in.device(), ctx->saved_data.at("rng").toTensor());
-    out = context->layer->forward(
-        h_in, layer_inputs(saved[1], saved[2], saved[3], saved[4], &loads), *context->config, context->training);
+    out = context->layer->forward(h_in,
+                                  layer_inputs(saved[1], saved[2], saved[3], saved[4], &loads, context->mlp_runner),
+                                  *context->config,
+                                  context->training);
   }
   ++*context->recomputed;
   // Differentiate the recomputed layer w.r.t. its input and its LoRA tensors and return the

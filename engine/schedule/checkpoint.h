@@ -26,6 +26,8 @@ struct CheckpointContext {
   bool training = true;
   // Where the layer input waits for the recompute: null keeps it on the device.
   OffloadedActivations* activations = nullptr;
+  // How the recompute runs the layer's dense MLP (LayerInputs::mlp_runner); unset: directly.
+  model::MlpRunner mlp_runner;
 };
 
 // h: [B, T, H]. Returns the layer output; the graph it records is one node. A sparse layer asked

@@ -63,6 +63,7 @@ model::LayerInputs LayerScheduler::layer_inputs(const StepInputs& in) const {
   auto out =
       in.position_ids.defined() ? model_.layer_inputs(in.position_ids) : model_.layer_inputs(in.input_ids.size(1));
   if (in.segment_ids.defined()) out.segments = in.segment_ids.to(model_.device(), at::kLong);
+  if (tiled_mlp_) out.mlp_runner = tiled_mlp_->runner();
   return out;
 }
 
@@ -83,8 +84,8 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
     const int64_t i = layer.index;
     residency_->acquire(i);
     if (plan.training() && plan.checkpointed(i)) {
-      contexts_.push_back(
-          CheckpointContext{&layer, &model_.config(), residency_.get(), &recomputed_, true, activations_.get()});
+      contexts_.push_back(CheckpointContext{
+          &layer, &model_.config(), residency_.get(), &recomputed_, true, activations_.get(), inputs.mlp_runner});
       h = checkpointed_layer(h, inputs, contexts_.back());
     } else {
       h = layer.forward(h, inputs, model_.config(), plan.training());
@@ -110,6 +111,7 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
   TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");
   contexts_.clear();
   if (activations_) activations_->begin_step();
+  if (tiled_mlp_) tiled_mlp_->begin_step();
   recomputed_ = 0;
   stats_ = StepStats{plan.num_checkpointed(), 0, 0};
   const int64_t before = heap_in_use(model_.device());

@@ -13,6 +13,7 @@
 #include "engine/schedule/checkpoint.h"
 #include "engine/schedule/execution_plan.h"
 #include "engine/schedule/residency.h"
+#include "engine/schedule/tiled_mlp.h"
 
 namespace qtrain::engine::schedule {
 
@@ -76,6 +77,9 @@ class LayerScheduler {
   // Checkpointed layers keep their inputs in `activations` (host memory) from the next
   // train_forward on; null keeps them on the device.
   void offload_activations(std::shared_ptr<OffloadedActivations> activations) { activations_ = std::move(activations); }
+  // Every layer's dense MLP runs through `tiled` (in chunks of tokens) from the next pass on;
+  // null runs it whole.
+  void tile_mlp(std::shared_ptr<TiledMlp> tiled) { tiled_mlp_ = std::move(tiled); }
   model::CausalLM& model() { return model_; }
 
  private:
@@ -85,6 +89,7 @@ class LayerScheduler {
   model::CausalLM& model_;
   std::shared_ptr<WeightResidency> residency_;
   std::shared_ptr<OffloadedActivations> activations_;
+  std::shared_ptr<TiledMlp> tiled_mlp_;
   bool training_ = false;
   std::atomic<int64_t> recomputed_{0};
   // One context per checkpointed layer call of the current step; kept until the next step so

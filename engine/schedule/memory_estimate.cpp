@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/model/grouped_expert_linear.h"
+#include "engine/schedule/tiled_mlp.h"
 #include "offload/blob_layout.h"
 #include "ops/linear_int8.h"
 #include "ops/nn/attention.h"
@@ -310,9 +311,21 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     saved += N * (2 * qd + 2 * kv_kept) * s + N * c.num_heads * 4 + mask_bytes;
     attention_transient = N * (qd + 2 * kv_kept) * s + N * qd * 4;
   }
+  int64_t mlp_transient = N * I * (4 * s + 4);
+  const int64_t shards = shape.tiled_mlp && dense_mlp ? TiledMlp(shape.tiled_mlp_shards).shards_of(N) : 1;
+  if (shards > 1) {
+    // Tiled MLP: the layer keeps the MLP's input instead of what the dense MLP keeps; its backward
+    // rebuilds one chunk at a time (the largest, n tokens) beside the input's whole gradient.
+    const int64_t n = (N + shards - 1) / shards, Id = c.intermediate_size;
+    const auto dense_saved = [&](int64_t tokens) {
+      return lora_saved(adapted[4] + adapted[5], H, tokens, shape) + lora_saved(adapted[6], Id, tokens, shape) +
+             3 * tokens * Id * s;
+    };
+    saved += N * H * s - dense_saved(N);
+    mlp_transient = std::max(dense_saved(n) + n * Id * (4 * s + 4) + N * H * s, N * experts_i * (4 * s + 4));
+  }
   cost.saved_full = saved;
 
-  const int64_t mlp_transient = N * I * (4 * s + 4);
   int64_t dequantized = 0;
   const bool grouped = sparse && grouped_experts(c, shape);
   for (const Linear& l : linears) {

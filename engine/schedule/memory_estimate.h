@@ -37,6 +37,10 @@ struct MemoryShape {
   bool per_row_positions = true;
   CheckpointPolicy checkpoint = CheckpointPolicy::every_layer;
   int64_t checkpoint_every_k = 1;
+  // Tiled MLP (engine/schedule/tiled_mlp.h): the dense MLPs run in chunks, tiled_mlp_shards of
+  // them (0: of at most kDefaultTiledMlpTokens tokens).
+  bool tiled_mlp = false;
+  int64_t tiled_mlp_shards = 0;
   int64_t micro_batches_per_step = 1;  // gradient_accumulation_steps
   // AdamW's moments in bitsandbytes' 8-bit blockwise form (optimizer adamw_bnb_8bit) rather
   // than float32.

@@ -128,6 +128,8 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c) {
   s.per_row_positions = c.sample_packing;
   s.checkpoint = checkpoint_policy(c);
   s.checkpoint_every_k = c.gradient_checkpointing_every_k;
+  s.tiled_mlp = c.tiled_mlp;
+  s.tiled_mlp_shards = c.tiled_mlp_num_shards;
   s.micro_batches_per_step = c.gradient_accumulation_steps;
   s.optimizer_8bit = c.optimizer == AdamW8bit::kName;
   return s;

@@ -243,6 +243,14 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   std::shared_ptr<schedule::WeightResidency> residency = offloaded;
   if (sharded) residency = sharded;
   schedule::LayerScheduler scheduler(lm, residency);
+  if (c.tiled_mlp) {
+    const auto tiled = std::make_shared<schedule::TiledMlp>(c.tiled_mlp_num_shards);
+    scheduler.tile_mlp(tiled);
+    std::fprintf(out,
+                 "tiled MLP: each layer's MLP in %lld chunk(s) of the %lld tokens of a micro-batch\n",
+                 static_cast<long long>(tiled->shards_of(c.micro_batch_size * c.sequence_len)),
+                 static_cast<long long>(c.micro_batch_size * c.sequence_len));
+  }
   if (c.activation_offloading) {
     scheduler.offload_activations(
         std::make_shared<schedule::OffloadedActivations>(device_plan.copy_engine, c.offload_prefetch_depth));

@@ -726,8 +726,9 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
                            "plan: every layer resident, nothing offloaded (offload_layers: auto)",
                            "PCIe traffic per step: 0 B",
                            "longest sequence_len that fits 24.00 GiB (micro_batch_size 1, offload_layers auto):\n"
-                           "  without activation offloading: ",
-                           " (as configured)\n  with activation_offloading: true: "}) {
+                           "  activation offloading off, tiled MLP off: ",
+                           "  (as configured)\n  activation offloading off, tiled MLP on:  ",
+                           "\n  activation offloading on,  tiled MLP on:  "}) {
     EXPECT_NE(roomy.out.find(part), std::string::npos) << part << "\n" << roomy.out;
   }
 

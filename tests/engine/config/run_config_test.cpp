@@ -964,6 +964,13 @@ TEST(RunConfigTest, ActivationOffloadingTakesAxolotlsValues) {
                      "run.yaml:4:1: activation_offloading: needs gradient_checkpointing (it offloads the inputs "
                      "checkpointed layers keep for their recompute), and gradient_checkpointing is false; set "
                      "gradient_checkpointing: true");
+  // tiled_mlp and its shards.
+  const RunConfig tiled = parse(kHead + "tiled_mlp: true\ntiled_mlp_num_shards: 4\n");
+  EXPECT_TRUE(tiled.tiled_mlp);
+  EXPECT_EQ(tiled.tiled_mlp_num_shards, 4);
+  test::expect_error([] { parse(kHead + "tiled_mlp_num_shards: 4\n"); },
+                     "run.yaml:3:1: tiled_mlp_num_shards: has no effect unless tiled_mlp: true");
+  EXPECT_EQ(parse(kHead + "tiled_mlp: true\ntiled_mlp_use_original_mlp: true\n").ignored_keys.size(), 1u);
   // The resolved config says it, and reads back the same.
   const RunConfig on = parse(kHead + "activation_offloading: legacy\n");
   EXPECT_NE(to_yaml(on).find("activation_offloading: true\n"), std::string::npos);
@@ -1045,7 +1052,12 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
   EXPECT_EQ(configs.back().datasets[0].split_slice, (SplitSlice{-10, std::nullopt, true}));
-  configs.push_back(parse(kMinimal, {"gpu_memory_limit=24GB", "offload_layers=0", "activation_offloading=true"}));
+  configs.push_back(parse(kMinimal,
+                          {"gpu_memory_limit=24GB",
+                           "offload_layers=0",
+                           "activation_offloading=true",
+                           "tiled_mlp=true",
+                           "tiled_mlp_num_shards=8"}));
   configs.push_back(parse(kMinimal, {"lora_target_modules='model.layers.[\\d]+.self_attn.(q|v)_proj'"}));
   EXPECT_EQ(configs.back().lora_target_modules_regex, "model.layers.[\\d]+.self_attn.(q|v)_proj");
   EXPECT_TRUE(configs.back().lora_target_modules.empty());

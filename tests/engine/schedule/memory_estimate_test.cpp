@@ -497,29 +497,35 @@ void check_activations(const model::ModelConfig& config) {
       if (config.gemma && dropout > 0) continue;
       auto m = nf4_lora_model(folder, config, dtype, dropout);
       for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
-        for (const int64_t seq : {192, 384}) {
-          SCOPED_TRACE(std::string(c10::toString(dtype)) + ", dropout " + std::to_string(dropout) + ", " +
-                       (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed") + ", " +
-                       std::to_string(seq) + " tokens a row");
-          const auto shape = cpu_shape(m, batch, seq, policy);
-          const auto in = estimate_memory(config, shape);
-          int64_t estimate = in.saved_outside_layers;
-          for (const auto& l : in.layers) estimate += l.checkpointed ? l.saved_checkpointed : l.saved_full;
-          estimate -= 4 * batch * seq * 8;  // the batch's four int64 tensors exist before the forward here
+        // Tiled MLP changes what a layer keeps only where the layer is not checkpointed.
+        for (const int64_t seq : {192, 384})
+          for (const bool tiled : {false, true}) {
+            if (tiled && policy != CheckpointPolicy::none) continue;
+            SCOPED_TRACE(std::string(c10::toString(dtype)) + ", dropout " + std::to_string(dropout) + ", " +
+                         (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed") + ", " +
+                         std::to_string(seq) + " tokens a row" + (tiled ? ", MLPs tiled in 3 chunks" : ""));
+            auto shape = cpu_shape(m, batch, seq, policy);
+            shape.tiled_mlp = tiled;
+            shape.tiled_mlp_shards = 3;
+            const auto in = estimate_memory(config, shape);
+            int64_t estimate = in.saved_outside_layers;
+            for (const auto& l : in.layers) estimate += l.checkpointed ? l.saved_checkpointed : l.saved_full;
+            estimate -= 4 * batch * seq * 8;  // the batch's four int64 tensors exist before the forward here
 
-          const auto x = ids.narrow(1, 0, seq).contiguous();
-          int64_t measured = 0;
-          for (int run = 0; run < 2; ++run) {
-            LayerScheduler scheduler(m.lm);
-            const auto plan = scheduler.prepare_training(policy);
-            test::TensorPeakGuard tensors;
-            const auto r = scheduler.train_forward(plan, x, x);
-            measured = tensors->current();
+            const auto x = ids.narrow(1, 0, seq).contiguous();
+            int64_t measured = 0;
+            for (int run = 0; run < 2; ++run) {
+              LayerScheduler scheduler(m.lm);
+              if (tiled) scheduler.tile_mlp(std::make_shared<TiledMlp>(3));
+              const auto plan = scheduler.prepare_training(policy);
+              test::TensorPeakGuard tensors;
+              const auto r = scheduler.train_forward(plan, x, x);
+              measured = tensors->current();
+            }
+            EXPECT_GE(measured, estimate);
+            EXPECT_LE(measured, estimate + config.num_layers * 8192)
+                << "measured " << measured << " B, estimated " << estimate << " B";
           }
-          EXPECT_GE(measured, estimate);
-          EXPECT_LE(measured, estimate + config.num_layers * 8192)
-              << "measured " << measured << " B, estimated " << estimate << " B";
-        }
       }
     }
   }
@@ -580,33 +586,38 @@ void check_step_peak(const model::ModelConfig& config) {
   const auto ids = at::randint(config.vocab_size, {batch, seq}, gen, at::kLong);
   for (const auto dtype : {at::kFloat, at::kBFloat16}) {
     auto m = nf4_lora_model(folder, config, dtype, 0.0);
-    for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer}) {
-      SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " +
-                   (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed"));
-      const auto shape = cpu_shape(m, batch, seq, policy);
-      const auto in = estimate_memory(config, shape);
-      // As the planner adds them (offload/planner.cpp), less the batch, which exists before.
-      int64_t saved = in.saved_outside_layers - 4 * batch * seq * 8, transient = in.loss_workspace;
-      for (const auto& l : in.layers) {
-        saved += l.checkpointed ? l.saved_checkpointed : l.saved_full;
-        transient = std::max(transient, (l.checkpointed ? l.saved_full : 0) + l.backward_transient);
+    for (const auto policy : {CheckpointPolicy::none, CheckpointPolicy::every_layer})
+      for (const bool tiled : {false, true}) {
+        SCOPED_TRACE(std::string(c10::toString(dtype)) + ", " +
+                     (policy == CheckpointPolicy::none ? "no checkpointing" : "every layer checkpointed") +
+                     (tiled ? ", MLPs tiled in 4 chunks" : ""));
+        auto shape = cpu_shape(m, batch, seq, policy);
+        shape.tiled_mlp = tiled;
+        shape.tiled_mlp_shards = 4;
+        const auto in = estimate_memory(config, shape);
+        // As the planner adds them (offload/planner.cpp), less the batch, which exists before.
+        int64_t saved = in.saved_outside_layers - 4 * batch * seq * 8, transient = in.loss_workspace;
+        for (const auto& l : in.layers) {
+          saved += l.checkpointed ? l.saved_checkpointed : l.saved_full;
+          transient = std::max(transient, (l.checkpointed ? l.saved_full : 0) + l.backward_transient);
+        }
+        int64_t gradients = 0;
+        for (const auto& p : m.lm.trainable_parameters()) gradients += p.numel() * 4;
+        const int64_t planned = saved + transient + gradients;
+        int64_t measured = 0;
+        for (int run = 0; run < 2; ++run) {
+          for (auto& p : m.lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
+          test::TensorPeakGuard tensors;
+          LayerScheduler scheduler(m.lm);
+          if (tiled) scheduler.tile_mlp(std::make_shared<TiledMlp>(4));
+          const auto plan = scheduler.prepare_training(policy);
+          scheduler.train_forward(plan, ids, ids).loss_sum.backward();
+          measured = tensors->peak();
+        }
+        EXPECT_GE(planned, measured) << "planned " << planned << " B, measured " << measured << " B";
+        EXPECT_LE(planned, 1.6 * static_cast<double>(measured))
+            << "planned " << planned << " B, measured " << measured << " B";
       }
-      int64_t gradients = 0;
-      for (const auto& p : m.lm.trainable_parameters()) gradients += p.numel() * 4;
-      const int64_t planned = saved + transient + gradients;
-      int64_t measured = 0;
-      for (int run = 0; run < 2; ++run) {
-        for (auto& p : m.lm.trainable_parameters()) p.mutable_grad() = at::Tensor();
-        test::TensorPeakGuard tensors;
-        LayerScheduler scheduler(m.lm);
-        const auto plan = scheduler.prepare_training(policy);
-        scheduler.train_forward(plan, ids, ids).loss_sum.backward();
-        measured = tensors->peak();
-      }
-      EXPECT_GE(planned, measured) << "planned " << planned << " B, measured " << measured << " B";
-      EXPECT_LE(planned, 1.6 * static_cast<double>(measured))
-          << "planned " << planned << " B, measured " << measured << " B";
-    }
   }
   qtrain::engine::io::remove_tree(dir);
 }
