@@ -146,25 +146,18 @@ FAMILIES = {
                                    add_eos_token=False, bos_token="<bos>", eos_token="<eos>",
                                    unk_token="<unk>", pad_token="<pad>"),
                    model_type="gemma3_text"),
-    # Gemma 4: Gemma's SentencePiece-style pipeline with Gemma 4's turn, thinking, tool and media
-    # tokens (the real ids are not reproduced: <|turn>/<turn|> are 106 there).
-    "gemma4": dict(kind="spm", flavour="gemma", vocab=3000,
-                   head=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[@BOS@]",
-                         "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
-                         "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
-                         "<|image|>", "<|audio|>", "<|video|>"],
-                   specials=["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "[@BOS@]",
-                             "<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
-                             "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
-                             "<|image|>", "<|audio|>", "<|video|>"],
-                   nonspecial=["<h1>", "</h1>", "\t\t", "\n\n\n"],
-                   bos="<bos>", eos="<eos>", unk="<unk>",
-                   tok_config=dict(tokenizer_class="GemmaTokenizer", add_bos_token=True,
-                                   add_eos_token=False, bos_token="<bos>", eos_token="<eos>",
-                                   unk_token="<unk>", pad_token="<pad>"),
-                   model_type="gemma3_text"),
 }
 
+
+# Gemma 4: Gemma 3's SentencePiece-style pipeline and config with Gemma 4's turn, thinking, tool
+# and media tokens in place of Gemma 3's turn and image tokens (the real ids are not reproduced:
+# <|turn>/<turn|> are 106 there).
+_GEMMA4_TOKENS = ["<|turn>", "<turn|>", "<|think|>", "<|channel>", "<channel|>", "<|tool>", "<tool|>",
+                  "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>", '<|"|>',
+                  "<|image|>", "<|audio|>", "<|video|>"]
+FAMILIES["gemma4"] = dict(FAMILIES["gemma3"],
+                          head=FAMILIES["gemma3"]["head"][:6] + _GEMMA4_TOKENS,
+                          specials=FAMILIES["gemma3"]["specials"][:6] + _GEMMA4_TOKENS)
 
 # Corpus ----------------------------------------------------------------------
 

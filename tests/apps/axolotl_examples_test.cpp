@@ -57,6 +57,28 @@ std::string replaced(std::string text, const std::string& from, const std::strin
   return text;
 }
 
+// The training losses and the evaluations a run logged in its metrics.jsonl.
+struct Logged {
+  std::vector<double> losses;
+  int evaluations = 0;
+};
+Logged logged(const fs::path& out) {
+  Logged m;
+  std::ifstream metrics(out / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) m.losses.push_back(j.at("loss").get<double>());
+    m.evaluations += j.contains("eval_loss") ? 1 : 0;
+  }
+  return m;
+}
+
+// `n` finite losses.
+void expect_finite_losses(const Logged& m, size_t n, const std::string& log) {
+  EXPECT_EQ(m.losses.size(), n) << log;
+  for (const double loss : m.losses) EXPECT_TRUE(std::isfinite(loss)) << loss;
+}
+
 class AxolotlExamples : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -194,18 +216,9 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
     ASSERT_EQ(status, 0) << log;
     // The speed switches of the file are named in one line.
     EXPECT_NE(log.find("accepted and ignored (they do not change what is trained): "), std::string::npos) << log;
-    int losses = 0, evaluations = 0;
-    std::ifstream metrics(out / "metrics.jsonl");
-    for (std::string line; std::getline(metrics, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) {
-        ++losses;
-        EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << line;
-      }
-      evaluations += j.contains("eval_loss") ? 1 : 0;
-    }
-    EXPECT_EQ(losses, 2) << log;
-    EXPECT_EQ(evaluations, e.evaluations) << log;
+    const auto m = logged(out);
+    expect_finite_losses(m, 2, log);
+    EXPECT_EQ(m.evaluations, e.evaluations) << log;
     for (int step = 1; step <= 2; ++step) {
       const bool expected = std::find(e.checkpoints.begin(), e.checkpoints.end(), step) != e.checkpoints.end();
       EXPECT_EQ(fs::exists(out / ("checkpoint-" + std::to_string(step))), expected) << step << "\n" << log;
@@ -230,16 +243,9 @@ TEST_F(AxolotlExamples, TheLossWatchdogStopsARunWhoseLossStaysHigh) {
   EXPECT_NE(log.find("stopping at step 4: the loss was above loss_watchdog_threshold 5 for 3 logged steps in a row"),
             std::string::npos)
       << log;
-  int losses = 0;
-  std::ifstream metrics(out / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) {
-      ++losses;
-      EXPECT_GT(j.at("loss").get<double>(), 5.0) << line;
-    }
-  }
-  EXPECT_EQ(losses, 4) << log;
+  const auto m = logged(out);
+  EXPECT_EQ(m.losses.size(), 4u) << log;
+  for (const double loss : m.losses) EXPECT_GT(loss, 5.0);
   EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors")) << log;
 }
 
@@ -281,16 +287,7 @@ TEST_F(AxolotlExamples, TheGemma4MoeExampleTrains) {
   EXPECT_NE(log.find("activation offloading: checkpointed layers' inputs wait in"), std::string::npos) << log;
   // train[:10%] of 40 rows: 4, and val_set_size 0.05 holds out one of them.
   EXPECT_NE(log.find("chat.jsonl: 4 rows"), std::string::npos) << log;
-  int losses = 0;
-  std::ifstream metrics(out / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) {
-      ++losses;
-      EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << line;
-    }
-  }
-  EXPECT_EQ(losses, 2) << log;
+  expect_finite_losses(logged(out), 2, log);
   // The tiny model's 2 layers: q, k, v, o and the dense MLP's gate, up, down by the regex, and the
   // experts' gate_up and down, each with A and B.
   const auto adapter = engine::io::SafetensorsFile::open(out / "adapter_model.safetensors");
@@ -313,16 +310,7 @@ TEST_F(AxolotlExamples, TheGemma2ExampleTrains) {
       run(std::string(QTRAIN_BINARY) + " train " + config.string() +
           " --set device=cpu --set max_steps=2 --set sequence_len=128 --set output_dir=" + out.string());
   ASSERT_EQ(status, 0) << log;
-  int losses = 0;
-  std::ifstream metrics(out / "metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) {
-      ++losses;
-      EXPECT_TRUE(std::isfinite(j.at("loss").get<double>())) << line;
-    }
-  }
-  EXPECT_EQ(losses, 2) << log;
+  expect_finite_losses(logged(out), 2, log);
   EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors")) << log;
 }
 

@@ -2,12 +2,15 @@
 // fills slots from pinned host blobs on its own stream and acquire orders the compute after the
 // copy; a ticket whose slot was refilled is refused; and training with offloaded layers (prefetch
 // depth 1 and 2) gives losses and LoRA gradients bitwise identical to training with every layer
-// resident, in bfloat16 with NF4 and INT8 bases.
+// resident, in bfloat16 with NF4 and INT8 bases; offloaded activations (device to pinned host and
+// back) train bitwise as the run that keeps them, and tiled MLPs to bf16 rounding.
 #include <ATen/ATen.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include "engine/schedule/offloaded_activations.h"
 #include "engine/schedule/offloaded_weights.h"
+#include "engine/schedule/tiled_mlp.h"
 #include "offload/slot_ring.h"
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
@@ -80,6 +83,37 @@ TEST_P(CudaOffloadEquivalence, LossesAndLoraGradientsAreBitwiseIdentical) {
     const std::string what = v.name + ", " + std::to_string(layers.size()) + " layers offloaded";
     test::expect_same_steps(got, want, what);
     EXPECT_EQ(offloaded->stats().unprepared_acquisitions, 0) << what;
+  }
+}
+
+// Offloaded activations through the CUDA copy engine (device to pinned host and back, on its own
+// stream): bitwise the run that keeps them; tiled MLPs on top: losses and gradients to bf16
+// rounding (cuBLAS may pick another kernel for a chunk's row count than for the whole).
+TEST(CudaActivationOffload, TrainsBitwiseAsTheRunThatKeepsTheInputs) {
+  SKIP_WITHOUT_GPU();
+  const at::Device cuda(at::kCUDA, 0);
+  using engine::schedule::CheckpointPolicy;
+  auto kept = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda);
+  const auto want = test::two_steps(kept, nullptr, CheckpointPolicy::every_layer);
+  auto lm = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda);
+  auto engine = make_cuda_copy_engine(cuda);
+  auto activations = std::make_shared<engine::schedule::OffloadedActivations>(engine, 1);
+  const auto got = test::two_steps(lm, nullptr, CheckpointPolicy::every_layer, activations);
+  EXPECT_EQ(activations->copies_out(), got.checkpointed);
+  test::expect_same_steps(got, want, "activations offloaded");
+  auto tiled_lm = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda, 0.0);
+  auto untiled_lm = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda, 0.0);
+  const auto untiled = test::two_steps(untiled_lm, nullptr, CheckpointPolicy::every_layer);
+  const auto tiled = test::two_steps(tiled_lm,
+                                     nullptr,
+                                     CheckpointPolicy::every_layer,
+                                     std::make_shared<engine::schedule::OffloadedActivations>(engine, 1),
+                                     std::make_shared<engine::schedule::TiledMlp>(3));
+  const double loss = untiled.losses[0].item<double>();
+  EXPECT_NEAR(tiled.losses[0].item<double>(), loss, 1e-3 * std::abs(loss));
+  for (size_t i = 0; i < untiled.grads.size(); ++i) {
+    const double scale = untiled.grads[i].abs().max().item<double>();
+    EXPECT_LE((tiled.grads[i] - untiled.grads[i]).abs().max().item<double>(), 2e-2 * scale) << "gradient " << i;
   }
 }
 

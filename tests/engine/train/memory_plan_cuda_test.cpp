@@ -1,11 +1,11 @@
 // The memory plan against a CUDA training run: every logged step's peak of allocated bytes
 // (peak_memory_bytes) is at most what the plan counted for it (planned_peak_bytes, the rows the
-// allocator hands out), for a dense model and MoE models, with and without checkpointing and with
-// offloaded layers. The ratio of each is printed, so that the GPU check's log records how close
-// the plan came. The trainer starts each logged window's peak afresh (after loading, the
-// copy-bandwidth probe and the previous case), so nothing here touches the allocator: before
-// train() initialises CUDA, the allocator's statistics do not exist yet. Skips itself where no
-// CUDA device is present.
+// allocator hands out), for a dense model and MoE models, with and without checkpointing, with
+// offloaded layers, and with offloaded activations and tiled MLPs. The ratio of each is printed,
+// so that the GPU check's log records how close the plan came. The trainer starts each logged
+// window's peak afresh (after loading, the copy-bandwidth probe and the previous case), so nothing
+// here touches the allocator: before train() initialises CUDA, the allocator's statistics do not
+// exist yet. Skips itself where no CUDA device is present.
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -46,6 +46,13 @@ TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
        model::Architecture::llama,
        "small",
        {{"gradient_checkpointing", "true"}, {"offload_layers", "4"}}},
+      {"llama-activations-offloaded-tiled",
+       model::Architecture::llama,
+       "small",
+       {{"gradient_checkpointing", "true"},
+        {"activation_offloading", "true"},
+        {"tiled_mlp", "true"},
+        {"tiled_mlp_num_shards", "4"}}},
       {"llama-int8",
        model::Architecture::llama,
        "small",
