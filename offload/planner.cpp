@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "offload/blob_layout.h"
+#include "offload/prefetch_depth.h"
 
 namespace qtrain::offload {
 namespace {
@@ -88,7 +89,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   }
   saved += checkpointed_on_device + full_saved;
   const int64_t streamed = request.shard_base ? n : k;  // layers that pass through the slots
-  p.num_slots = streamed > 0 ? std::min(streamed, request.prefetch_depth + 1) : 0;
+  p.num_slots = slots_for(streamed, request.prefetch_depth);
   p.h2d_bytes_per_step = 2 * (p.host_bytes + p.activation_host_bytes) * in.micro_batches_per_step;
   p.gather_bytes_per_step = 2 * gathered * in.micro_batches_per_step;
   p.h2d_seconds_per_step = static_cast<double>(p.h2d_bytes_per_step) / request.h2d_bytes_per_s;
@@ -171,10 +172,7 @@ MemoryPlan plan_memory(const PlanInputs& in, const PlanRequest& request) {
               "the GPU memory budget is ",
               request.budget_bytes,
               " bytes; give a positive budget such as gpu_memory_limit: 24GiB");
-  TORCH_CHECK(request.prefetch_depth >= 1,
-              "offload_prefetch_depth is ",
-              request.prefetch_depth,
-              "; use 1 (copy the next offloaded layer during the current one) or more");
+  check_prefetch_depth(request.prefetch_depth);
   TORCH_CHECK(request.h2d_bytes_per_s > 0,
               "the host-to-device bandwidth is ",
               request.h2d_bytes_per_s,

@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include "offload/prefetch_depth.h"
+
 namespace qtrain::engine::dist {
 namespace {
 
@@ -72,7 +74,7 @@ std::vector<float*> nested_offsets(model::DecoderLayer& layer) {
 }  // namespace
 
 ShardedWeights::ShardedWeights(Comm& comm, int64_t prefetch_depth) : comm_(comm), depth_(prefetch_depth) {
-  TORCH_CHECK(depth_ >= 1, "offload_prefetch_depth must be at least 1, got ", depth_);
+  offload::check_prefetch_depth(depth_);
 }
 
 ShardedWeights::~ShardedWeights() {
@@ -199,7 +201,7 @@ void ShardedWeights::bind_model(model::CausalLM& model) {
   }
   incoming_.clear();
   model_ = &model;
-  slots_.resize(std::min(n, depth_ + 1));
+  slots_.resize(offload::slots_for(n, depth_));
   for (auto& slot : slots_) slot.buffer = at::empty({slot_bytes_}, at::TensorOptions(at::kByte).device(model.device()));
 }
 

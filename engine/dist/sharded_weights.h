@@ -57,7 +57,7 @@ namespace qtrain::engine::dist {
 // same order on every rank. A slot holding a layer the window still wants is not reused.
 class ShardedWeights final : public schedule::WeightResidency {
  public:
-  // `comm` must outlive this object. Slots: min(layers, prefetch_depth + 1), as offload uses.
+  // `comm` must outlive this object. Slots: offload::slots_for(layers, prefetch_depth), as offload uses.
   ShardedWeights(Comm& comm, int64_t prefetch_depth);
   // Waits for gathers still in flight (they write into the slots), unless an error is on its way
   // out: then a peer may be gone, and the process ends anyway.

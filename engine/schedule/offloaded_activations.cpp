@@ -5,13 +5,14 @@
 
 #include <ATen/ATen.h>
 
+#include "offload/prefetch_depth.h"
+
 namespace qtrain::engine::schedule {
 
 OffloadedActivations::OffloadedActivations(std::shared_ptr<offload::CopyEngine> engine, int64_t prefetch_depth)
     : engine_(std::move(engine)), prefetch_depth_(prefetch_depth) {
   TORCH_CHECK(engine_ != nullptr, "activation offloading needs a copy engine");
-  TORCH_CHECK(
-      prefetch_depth_ >= 1, "activation offloading needs a prefetch depth of at least 1, got ", prefetch_depth_);
+  offload::check_prefetch_depth(prefetch_depth_);
 }
 
 void OffloadedActivations::begin_step() {

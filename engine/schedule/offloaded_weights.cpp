@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "offload/prefetch_depth.h"
+
 namespace qtrain::engine::schedule {
 
 OffloadedWeights::OffloadedWeights(model::CausalLM& model,
@@ -10,7 +12,7 @@ OffloadedWeights::OffloadedWeights(model::CausalLM& model,
                                    std::shared_ptr<offload::CopyEngine> engine)
     : model_(model), depth_(options.prefetch_depth), store_(std::move(engine)) {
   const int64_t n = static_cast<int64_t>(model.layers().size());
-  TORCH_CHECK(depth_ >= 1, "offload_prefetch_depth must be at least 1, got ", depth_);
+  offload::check_prefetch_depth(depth_);
   TORCH_CHECK(!options.layers.empty(), "no layers to offload");
   for (const int64_t l : options.layers) {
     TORCH_CHECK(l >= 0 && l < n, "cannot offload layer ", l, ": the model has layers 0..", n - 1);
@@ -27,7 +29,8 @@ OffloadedWeights::OffloadedWeights(model::CausalLM& model,
     bind(l, store_.host_tensors(l));  // drops the device copies
   }
   // One slot for the layer computing and one per layer in flight; never more than there are layers.
-  ring_ = std::make_unique<offload::SlotRing>(store_, std::min<int64_t>(offloaded_.size(), depth_ + 1));
+  ring_ =
+      std::make_unique<offload::SlotRing>(store_, offload::slots_for(static_cast<int64_t>(offloaded_.size()), depth_));
 }
 
 void OffloadedWeights::bind(int64_t layer, const std::vector<at::Tensor>& tensors) {
