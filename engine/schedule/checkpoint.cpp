@@ -42,7 +42,7 @@ torch::autograd::variable_list CheckpointFunction::forward(torch::autograd::Auto
   ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
   if (context->activations != nullptr) {
     // The input leaves for host memory; the slot it leaves in save_for_backward is an empty tensor.
-    ctx->saved_data["stash"] = context->activations->stash(h);
+    ctx->saved_data["stash"] = context->activations->stash(h, context->checkpointed_after);
     ctx->saved_data["input_requires_grad"] = h.requires_grad();
     ctx->save_for_backward({at::Tensor(), cos, sin, segments, token_weights});
   } else {

@@ -28,6 +28,8 @@ struct CheckpointContext {
   OffloadedActivations* activations = nullptr;
   // How the recompute runs the layer's dense MLP (LayerInputs::mlp_runner); unset: directly.
   model::MlpRunner mlp_runner;
+  // Checkpointed layers the forward runs after this one (OffloadedActivations::stash).
+  int64_t checkpointed_after = 0;
 };
 
 // h: [B, T, H]. Returns the layer output; the graph it records is one node. A sparse layer asked

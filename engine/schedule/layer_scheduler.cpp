@@ -80,12 +80,19 @@ at::Tensor LayerScheduler::run_layers(const ExecutionPlan& plan, at::Tensor h, c
     if (plan.checkpointed(i)) order.push_back(i);
   }
   residency_->plan_acquisitions(order);
+  int64_t checkpointed_after = plan.training() ? plan.num_checkpointed() : 0;
   for (const auto& layer : model_.layers()) {
     const int64_t i = layer.index;
     residency_->acquire(i);
     if (plan.training() && plan.checkpointed(i)) {
-      contexts_.push_back(CheckpointContext{
-          &layer, &model_.config(), residency_.get(), &recomputed_, true, activations_.get(), inputs.mlp_runner});
+      contexts_.push_back(CheckpointContext{&layer,
+                                            &model_.config(),
+                                            residency_.get(),
+                                            &recomputed_,
+                                            true,
+                                            activations_.get(),
+                                            inputs.mlp_runner,
+                                            --checkpointed_after});
       h = checkpointed_layer(h, inputs, contexts_.back());
     } else {
       h = layer.forward(h, inputs, model_.config(), plan.training());

@@ -19,7 +19,7 @@ void OffloadedActivations::begin_step() {
   for (Entry& e : entries_) {
     if (e.out_fence) e.out_fence->synchronize();  // a step abandoned mid-way: its copies still read
     if (e.in_fence) e.in_fence->synchronize();
-    spare_host_.push_back(std::move(e.host));
+    if (e.host.defined()) spare_host_.push_back(std::move(e.host));
   }
   entries_.clear();
   copies_out_ = copies_in_ = 0;
@@ -27,11 +27,11 @@ void OffloadedActivations::begin_step() {
 
 void OffloadedActivations::drop_finished_copies_out() {
   for (Entry& e : entries_) {
-    if (e.leaving.defined() && e.out_fence->ready()) e.leaving = at::Tensor();
+    if (e.leaving.defined() && e.out_fence && e.out_fence->ready()) e.leaving = at::Tensor();
   }
 }
 
-int64_t OffloadedActivations::stash(const at::Tensor& h) {
+int64_t OffloadedActivations::stash(const at::Tensor& h, int64_t checkpointed_after) {
   TORCH_CHECK(h.device() == engine_->device(),
               "activation offloading stashes tensors on ",
               engine_->device(),
@@ -42,6 +42,17 @@ int64_t OffloadedActivations::stash(const at::Tensor& h) {
   e.leaving = h.contiguous();
   e.sizes = h.sizes().vec();
   e.dtype = h.scalar_type();
+  if (checkpointed_after <= prefetch_depth_) {
+    entries_.push_back(std::move(e));  // stays: no copy, no fence
+    return static_cast<int64_t>(entries_.size()) - 1;
+  }
+  // At most one input on its way out (see stash's comment).
+  for (Entry& before : entries_) {
+    if (before.leaving.defined() && before.out_fence) {
+      before.out_fence->synchronize();
+      before.leaving = at::Tensor();
+    }
+  }
   const int64_t bytes = static_cast<int64_t>(e.leaving.nbytes());
   const auto spare =
       std::find_if(spare_host_.begin(), spare_host_.end(), [&](const at::Tensor& t) { return t.numel() == bytes; });
@@ -89,7 +100,7 @@ at::Tensor OffloadedActivations::restore(int64_t key) {
 
 int64_t OffloadedActivations::host_bytes() const {
   int64_t total = 0;
-  for (const Entry& e : entries_) total += static_cast<int64_t>(e.host.nbytes());
+  for (const Entry& e : entries_) total += e.host.defined() ? static_cast<int64_t>(e.host.nbytes()) : 0;
   return total;
 }
 

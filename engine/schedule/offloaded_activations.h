@@ -3,8 +3,9 @@
 // one, and comes back ahead of the recompute, `prefetch_depth` layers in advance, through the
 // copy engine that streams offloaded weights and under its ordering rules (Note [Copy and
 // compute ordering] in offload/copy_engine.h). What stays on the device is the inputs whose copy
-// out has not finished yet and those fetched back early: a few layers' worth instead of all of
-// them. The bytes come back unchanged, so a run trains bitwise as it does without offloading.
+// out has not finished yet, the last few (which backward needs first) and those fetched back
+// early: a few layers' worth instead of all of them. The bytes come back unchanged, so a run trains bitwise as it does
+// without offloading.
 //
 // Note [Offloaded activations and the allocator]
 // A tensor on its way out is read by the copy queue, not the compute queue; had it been freed
@@ -33,7 +34,12 @@ class OffloadedActivations {
   void begin_step();
   // Forward: queues the copy of `h` (on the engine's device) to host memory, after the compute
   // that made it; returns the key restore() takes. Inputs are stashed in forward order.
-  int64_t stash(const at::Tensor& h);
+  // `checkpointed_after`: how many checkpointed layers the forward runs after this one. The last
+  // prefetch_depth + 1 inputs stay on the device (backward needs them first, so a round trip would
+  // only delay it), and before a copy out is queued the one before it must have finished: at most
+  // one input is on its way out. So the device holds at most prefetch_depth + 2 inputs, as the
+  // memory plan counts, and the compute waits when the copies cannot keep up.
+  int64_t stash(const at::Tensor& h, int64_t checkpointed_after);
   // Backward: the stashed input `key` on the device, the compute ordered after its copy back;
   // first queues the copies of the `prefetch_depth` inputs stashed before it (the ones backward
   // restores next). Each key is restored once.

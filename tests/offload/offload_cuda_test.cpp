@@ -99,7 +99,7 @@ TEST(CudaActivationOffload, TrainsBitwiseAsTheRunThatKeepsTheInputs) {
   auto engine = make_cuda_copy_engine(cuda);
   auto activations = std::make_shared<engine::schedule::OffloadedActivations>(engine, 1);
   const auto got = test::two_steps(lm, nullptr, CheckpointPolicy::every_layer, activations);
-  EXPECT_EQ(activations->copies_out(), got.checkpointed);
+  EXPECT_EQ(activations->copies_out(), got.checkpointed - 2) << "all but the last two (depth + 1) left";
   test::expect_same_steps(got, want, "activations offloaded");
   auto tiled_lm = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda, 0.0);
   auto untiled_lm = test::load_llama_with_lora(engine::model::QuantSpec::Kind::nf4, at::kBFloat16, cuda, 0.0);
