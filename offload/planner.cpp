@@ -80,12 +80,16 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   int64_t checkpointed_on_device = checkpointed_saved;
   p.offload_activations = request.offload_activations;
   if (request.offload_activations) {
+    // The last prefetch_depth + 1 inputs never leave the device; the others cross twice.
+    const auto staying =
+        std::min<int64_t>(static_cast<int64_t>(checkpointed_inputs.size()), request.prefetch_depth + 1);
+    p.activation_host_bytes =
+        std::accumulate(checkpointed_inputs.begin(), checkpointed_inputs.end() - staying, int64_t{0});
     std::sort(checkpointed_inputs.rbegin(), checkpointed_inputs.rend());
     const auto in_flight =
         std::min<int64_t>(static_cast<int64_t>(checkpointed_inputs.size()), request.prefetch_depth + 2);
     checkpointed_on_device =
         std::accumulate(checkpointed_inputs.begin(), checkpointed_inputs.begin() + in_flight, int64_t{0});
-    p.activation_host_bytes = checkpointed_saved;
   }
   saved += checkpointed_on_device + full_saved;
   const int64_t streamed = request.shard_base ? n : k;  // layers that pass through the slots
@@ -114,7 +118,7 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   rows.push_back({"LoRA weights, gradients, AdamW moments", in.lora_what, in.lora_bytes});
   const std::string checkpointed_where = request.offload_activations
                                              ? format_bytes(checkpointed_on_device) + " on the device, " +
-                                                   format_bytes(checkpointed_saved) + " in pinned host RAM"
+                                                   format_bytes(p.activation_host_bytes) + " in pinned host RAM"
                                              : format_bytes(checkpointed_saved);
   rows.push_back({"activations kept for backward",
                   std::to_string(p.num_checkpointed) + " checkpointed layers (" + checkpointed_where + "), " +

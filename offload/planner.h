@@ -61,9 +61,10 @@ struct PlanRequest {
   // and gathers whole layers into min(layers, prefetch_depth + 1) slots; every layer is then
   // checkpointed. Offloaded layers keep their shards in pinned host RAM.
   bool shard_base = false;
-  // The checkpointed layers' inputs wait in pinned host RAM (activation offloading): the device
-  // holds only those in flight, min(checkpointed layers, prefetch_depth + 2) of them (one coming
-  // back for each prefetched layer and the one being recomputed, one still leaving).
+  // The checkpointed layers' inputs wait in pinned host RAM (activation offloading), but for the
+  // last prefetch_depth + 1, which never leave: the device holds at most min(checkpointed layers,
+  // prefetch_depth + 2) of them at once (those, or the one recomputing and those prefetched, and
+  // one still leaving).
   bool offload_activations = false;
 };
 
