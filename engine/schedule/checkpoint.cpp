@@ -39,7 +39,6 @@ torch::autograd::variable_list CheckpointFunction::forward(torch::autograd::Auto
                                                            const CheckpointContext* context) {
   ctx->saved_data["context"] = reinterpret_cast<int64_t>(context);
   ctx->saved_data["rng"] = rng_state(h.device());
-  ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
   if (context->activations != nullptr) {
     // The input leaves for host memory; the slot it leaves in save_for_backward is an empty tensor.
     ctx->saved_data["stash"] = context->activations->stash(h, context->checkpointed_after);

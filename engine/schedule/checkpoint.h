@@ -1,9 +1,10 @@
 // Activation checkpointing of one decoder layer, reentrant style (libtorch has no saved-tensor
 // hooks without Python): forward runs the layer without recording a graph and keeps only the
-// layer input (on the device, or in host memory with activation offloading) and the RNG state; backward re-acquires the
-// layer's weights, restores the RNG (so LoRA dropout draws the same mask), recomputes with grad on and back-propagates.
-// The layer's LoRA tensors are explicit inputs, so they receive gradients even when the input hidden state does not
-// require grad (the first layer after a frozen embedding).
+// layer input (on the device, or in host memory with activation offloading) and the RNG state;
+// backward re-acquires the layer's weights, restores the RNG (so LoRA dropout draws the same
+// mask), recomputes with grad on and back-propagates. The layer's LoRA tensors are explicit
+// inputs, so they receive gradients even when the input hidden state does not require grad (the
+// first layer after a frozen embedding).
 #pragma once
 
 #include <atomic>

@@ -312,7 +312,7 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     attention_transient = N * (qd + 2 * kv_kept) * s + N * qd * 4;
   }
   int64_t mlp_transient = N * I * (4 * s + 4);
-  const int64_t shards = shape.tiled_mlp && dense_mlp ? TiledMlp(shape.tiled_mlp_shards).shards_of(N) : 1;
+  const int64_t shards = shape.tiled_mlp && dense_mlp ? tiled_mlp_shards(shape.tiled_mlp_shards, N) : 1;
   if (shards > 1) {
     // Tiled MLP: the layer keeps the MLP's input instead of what the dense MLP keeps; its backward
     // rebuilds one chunk at a time (the largest, n tokens) beside the input's whole gradient.

@@ -87,7 +87,7 @@ at::Tensor OffloadedActivations::restore(int64_t key) {
   e.restored = true;
   at::Tensor out;
   if (e.leaving.defined()) {
-    // Its copy out is still running (the last layers of a fast forward): the device tensor is
+    // It stayed (one of the last inputs), or its copy out is still running: the device tensor is
     // still here and holds the same bytes.
     out = std::move(e.leaving);
   } else {

@@ -2,18 +2,19 @@
 // device for host memory (pinned on a GPU) as soon as the layer's forward has produced the next
 // one, and comes back ahead of the recompute, `prefetch_depth` layers in advance, through the
 // copy engine that streams offloaded weights and under its ordering rules (Note [Copy and
-// compute ordering] in offload/copy_engine.h). What stays on the device is the inputs whose copy
-// out has not finished yet, the last few (which backward needs first) and those fetched back
-// early: a few layers' worth instead of all of them. The bytes come back unchanged, so a run trains bitwise as it does
-// without offloading.
+// compute ordering] in offload/copy_engine.h). What stays on the device is the last few inputs
+// (which backward needs first), the one whose copy out has not finished yet and those fetched
+// back early: a few layers' worth instead of all of them. The bytes come back unchanged, so a run
+// trains bitwise as it does without offloading.
 //
 // Note [Offloaded activations and the allocator]
 // A tensor on its way out is read by the copy queue, not the compute queue; had it been freed
 // at once, the CUDA caching allocator could hand its memory to a kernel while the copy still
 // reads it. So each one is held until its copy's fence is done (checked at every stash and
-// restore, and all of them before backward's first restore returns). A buffer coming back is
-// allocated on the compute stream and written by a copy that waits for the compute enqueued so
-// far, then read by compute that waits for the copy: the allocator's usual stream rule holds.
+// restore; a stash that queues a copy out first waits for the one before it). A buffer coming
+// back is allocated on the compute stream and written by a copy that waits for the compute
+// enqueued so far, then read by compute that waits for the copy: the allocator's usual stream
+// rule holds.
 #pragma once
 
 #include <cstdint>

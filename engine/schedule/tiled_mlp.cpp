@@ -27,9 +27,9 @@ TiledMlp::TiledMlp(int64_t shards) : shards_(shards) {
   TORCH_CHECK(shards >= 0, "tiled MLP: the number of shards must be positive (or 0: automatic), got ", shards);
 }
 
-int64_t TiledMlp::shards_of(int64_t tokens) const {
-  const int64_t shards = shards_ > 0 ? shards_ : (tokens + kDefaultTiledMlpTokens - 1) / kDefaultTiledMlpTokens;
-  return std::clamp<int64_t>(shards, 1, std::max<int64_t>(tokens, 1));
+int64_t tiled_mlp_shards(int64_t shards, int64_t tokens) {
+  const int64_t n = shards > 0 ? shards : (tokens + kDefaultTiledMlpTokens - 1) / kDefaultTiledMlpTokens;
+  return std::clamp<int64_t>(n, 1, std::max<int64_t>(tokens, 1));
 }
 
 void TiledMlp::begin_step() {
@@ -62,7 +62,6 @@ torch::autograd::variable_list TiledMlpFunction::forward(torch::autograd::Autogr
   ctx->saved_data["mlp"] = reinterpret_cast<int64_t>(mlp);
   ctx->saved_data["shards"] = shards;
   ctx->saved_data["rng"] = rng_state(x.device());
-  ctx->saved_data["num_params"] = static_cast<int64_t>(params.size());
   // The parameters are leaves: saving them keeps references, not copies.
   std::vector<at::Tensor> saved = {x};
   saved.insert(saved.end(), params.begin(), params.end());

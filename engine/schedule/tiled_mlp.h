@@ -27,6 +27,11 @@ namespace qtrain::engine::schedule {
 // enough that each chunk's matmuls keep a GPU busy.
 constexpr int64_t kDefaultTiledMlpTokens = 4096;
 
+// The chunks a call over `tokens` tokens is cut into: `shards` (> 0), or with 0 chunks of at most
+// kDefaultTiledMlpTokens tokens; never more chunks than tokens. What TiledMlp runs and the memory
+// plan counts.
+int64_t tiled_mlp_shards(int64_t shards, int64_t tokens);
+
 class TiledMlp {
  public:
   // `shards` > 0: every MLP call is cut into that many chunks (axolotl's tiled_mlp_num_shards);
@@ -37,8 +42,8 @@ class TiledMlp {
   model::MlpRunner runner();
   // Forgets the last step's calls. Call before a forward.
   void begin_step();
-  // The chunks a call over `tokens` tokens is cut into.
-  int64_t shards_of(int64_t tokens) const;
+  // The chunks a call over `tokens` tokens is cut into (tiled_mlp_shards).
+  int64_t shards_of(int64_t tokens) const { return tiled_mlp_shards(shards_, tokens); }
 
  private:
   int64_t shards_;
