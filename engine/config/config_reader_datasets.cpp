@@ -8,6 +8,7 @@
 #include "engine/config/chat_template_choice.h"
 #include "engine/config/config_entries.h"
 #include "engine/config/config_keys.h"
+#include "engine/config/dataset_split.h"
 #include "engine/config/key_suggestion.h"
 
 namespace qtrain::engine::config {
@@ -188,9 +189,8 @@ DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
   }
   if (const Entry* split = value_of("split")) {
     d.split = text_of(*split, "split: train[:10%]");
-    const ParsedSplit parsed = parse_split(d.split);
-    if (!parsed.problem.empty()) split->fail_value(parsed.problem);
-    d.split_slice = parsed.slice;
+    const std::string problem = parse_split(d.split).problem;
+    if (!problem.empty()) split->fail_value(problem);
   }
   if (const Entry* type = value_of("type")) {
     d.type = choice_of(*type,

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "engine/config/config_keys.h"
-#include "engine/config/dataset_split.h"
 
 namespace qtrain::engine::config {
 
@@ -28,9 +27,9 @@ struct DatasetConfig {
   // "completion", "alpaca", "input_output", "chat_template" or "pretokenized"; "" (key absent):
   // rows are used as pre-tokenized when they carry input_ids.
   std::string type;
-  // The rows used (engine/config/dataset_split.h): "" or "train" every row, "train[:10%]" a slice.
+  // The rows used (engine/config/dataset_split.h): "" or "train" every row, "train[:10%]" a slice;
+  // checked when the config is read.
   std::string split;
-  SplitSlice split_slice;
   // type completion: the field of each row that holds the text.
   std::string field = "text";
 

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/config/dataset_split.h"
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/prepared_cache.h"
@@ -94,7 +95,7 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     if (progress) line.emplace("data: " + d.path.string(), "rows");
     data::RowMapOptions rows;
     rows.threads = c.dataset_processes;
-    rows.slice = d.split_slice;
+    if (!d.split.empty()) rows.slice = config::parse_split(d.split).slice;
     if (line) rows.progress = [&](int64_t done, int64_t total) { line->update(done, total); };
     // Pre-tokenized ids are checked against the model's vocabulary here; a tokenizer's ids are
     // within it already (model_tokenizer checks the tokenizer's size).

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/dataset_split.h"
 #include "engine/io/remove_tree.h"
 #include "engine/text/named_chat_template.h"
 #include "tests/expect_error.h"
@@ -1051,7 +1052,7 @@ TEST(RunConfigTest, RoundTripThroughToYaml) {
                            "gpu_memory_limit=1.5GiB"}));
   EXPECT_EQ(configs.back().base_model, "/models/a b: c # d \"q\" \\ e");
   EXPECT_EQ(configs.back().datasets[0].field, "null");
-  EXPECT_EQ(configs.back().datasets[0].split_slice, (SplitSlice{-10, std::nullopt, true}));
+  EXPECT_EQ(parse_split(configs.back().datasets[0].split).slice, (SplitSlice{-10, std::nullopt, true}));
   configs.push_back(parse(kMinimal,
                           {"gpu_memory_limit=24GB",
                            "offload_layers=0",
