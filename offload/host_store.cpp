@@ -25,7 +25,7 @@ std::vector<int64_t> HostStore::layers() const {
   return out;
 }
 
-int64_t HostStore::max_blob_bytes() const {
+int64_t HostStore::max_fill_bytes() const {
   int64_t m = 0;
   for (const auto& [layer, e] : layers_) m = std::max(m, e.layout.total_bytes());
   return m;

@@ -5,21 +5,24 @@
 
 namespace qtrain::offload {
 
-SlotRing::SlotRing(const HostStore& store, int64_t num_slots)
-    : store_(store), engine_(store.engine()), slot_bytes_(store.max_blob_bytes()) {
+SlotRing::SlotRing(SlotSource& source, int64_t num_slots) : source_(source), slot_bytes_(source.max_fill_bytes()) {
   TORCH_CHECK(num_slots >= 1, "a slot ring needs at least one slot, got ", num_slots);
   slots_.resize(num_slots);
-  for (auto& s : slots_) s.buffer = engine_.device_buffer(slot_bytes_);
+  for (auto& s : slots_) s.buffer = source_.device_buffer(slot_bytes_);
   // The allocator may hand out memory that kernels already enqueued on the compute stream still
   // read: it is free in the compute stream's order, not in the copy stream's. The first copy into
   // each slot therefore waits for the compute enqueued so far, like every later refill.
-  const FencePtr allocated = engine_.compute_fence();
+  const FencePtr allocated = source_.compute_fence();
   for (auto& s : slots_) s.compute_done = allocated;
 }
 
 SlotRing::~SlotRing() {
   for (const auto& s : slots_) {
-    if (s.copy_done) s.copy_done->synchronize();
+    try {
+      if (s.copy_done) s.copy_done->synchronize();
+    } catch (...) {
+      // A failed fill was reported to the compute that waited for it, or the run is ending.
+    }
   }
 }
 
@@ -52,16 +55,21 @@ SlotTicket SlotRing::prefetch(int64_t layer) {
               num_slots(),
               " slots are in use by the compute; every acquired layer must be released first");
   Slot& s = slots_[victim];
-  const at::Tensor& src = store_.blob(layer);
+  // A source need not order two fills of one slot (a gather runs on whichever of Gloo's threads
+  // is free). A fill the compute has waited for is ordered before compute_done; one that was
+  // never acquired (a prefetch given up) is waited for here.
+  if (s.copy_done && !s.acquired_since_fill) s.copy_done->synchronize();
+  s.acquired_since_fill = false;
+  const int64_t bytes = source_.fill_bytes(layer);
   // A tensor autograd saved from this slot must notice that its contents change.
   s.buffer.unsafeGetTensorImpl()->bump_version();
-  s.copy_done = engine_.copy(src, s.buffer.narrow(0, 0, src.numel()), s.compute_done);
+  s.copy_done = source_.fill(layer, s.buffer.narrow(0, 0, bytes), s.compute_done);
   s.state = State::reserved;
   s.layer = layer;
   s.generation = ++generations_;
   s.last_use = ++clock_;
   ++stats_.copies;
-  stats_.copied_bytes += src.numel();
+  stats_.copied_bytes += bytes;
   return {victim, layer, s.generation};
 }
 
@@ -117,9 +125,10 @@ SlotLease SlotRing::acquire(const SlotTicket& t) {
               " is already acquired in slot ",
               t.slot,
               "; release it before acquiring it again");
-  engine_.compute_wait(s.copy_done);
+  source_.compute_wait(s.copy_done);
   s.state = State::acquired;
-  return {t, store_.layout(t.layer).views(s.buffer)};
+  s.acquired_since_fill = true;
+  return {t, source_.layout(t.layer).views(s.buffer)};
 }
 
 void SlotRing::release(const SlotLease& lease) {
@@ -127,7 +136,7 @@ void SlotRing::release(const SlotLease& lease) {
   check_holds(t, "releasing");
   Slot& s = slots_[t.slot];
   TORCH_CHECK(s.state == State::acquired, "layer ", t.layer, " is released but was not acquired");
-  s.compute_done = engine_.compute_fence();
+  s.compute_done = source_.compute_fence();
   s.state = State::released;
   s.last_use = ++clock_;
 }

@@ -1,5 +1,6 @@
-// A small ring of device slots, each big enough for the largest offloaded layer, through which
-// layers stream from the host store. Every fill of a slot gets a new generation; a ticket names
+// A small ring of device slots, each big enough for the largest streamed layer, through which
+// layers stream from their source (slot_source.h: offload's host store, or a sharded base's
+// gather): the one slot pool of qtrain. Every fill of a slot gets a new generation; a ticket names
 // the slot, layer and generation a prefetch produced, and acquiring a ticket whose slot has been
 // refilled since is an error (the failure of bitsandbytes issue #2034, where reused weight
 // buffers gave silently wrong gradients). Copies are ordered against the compute by fences, see
@@ -18,7 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "offload/copy_engine.h"
-#include "offload/host_store.h"
+#include "offload/slot_source.h"
 
 namespace qtrain::offload {
 
@@ -35,16 +36,16 @@ struct SlotLease {
 };
 
 struct SlotRingStats {
-  int64_t copies = 0;        // blobs copied host -> device
-  int64_t copied_bytes = 0;  // their bytes
+  int64_t copies = 0;        // fills: blobs copied host -> device, or layers gathered
+  int64_t copied_bytes = 0;  // their bytes (fill_bytes)
   int64_t hits = 0;          // prefetches that found the layer already in a slot
 };
 
 class SlotRing {
  public:
-  // `num_slots` buffers of the store's largest blob on the store's engine's device.
-  SlotRing(const HostStore& store, int64_t num_slots);
-  // Waits for copies still in flight: on a GPU they write into the slots through raw pointers,
+  // `num_slots` buffers of the source's largest fill. The source must outlive the ring.
+  SlotRing(SlotSource& source, int64_t num_slots);
+  // Waits for fills still in flight: on a GPU they write into the slots through raw pointers,
   // which the allocator must not hand out again before they land.
   ~SlotRing();
   SlotRing(const SlotRing&) = delete;
@@ -83,14 +84,14 @@ class SlotRing {
     State state = State::empty;
     int64_t layer = -1;
     uint64_t generation = 0;
-    FencePtr copy_done;     // the copy that filled it
+    FencePtr copy_done;  // the copy that filled it
+    bool acquired_since_fill = false;
     FencePtr compute_done;  // the compute that last read it
     uint64_t last_use = 0;  // when it was last reserved or released, for eviction order
   };
   void check_holds(const SlotTicket& ticket, const char* what) const;
 
-  const HostStore& store_;
-  CopyEngine& engine_;
+  SlotSource& source_;
   int64_t slot_bytes_ = 0;
   std::vector<Slot> slots_;
   uint64_t generations_ = 0;

@@ -15,6 +15,7 @@
 
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "engine/schedule/residency_plan.h"
 #include "tests/llama_fixture.h"
 #include "tests/reference.h"
 
@@ -54,6 +55,16 @@ inline engine::model::CausalLM load_llama_with_lora(
     a.b.copy_(at::empty(a.b.sizes(), at::kFloat).normal_(0, 0.05, gen));
   }
   return lm;
+}
+
+// The residency plan that offloads `host_layers` of `lm` (to host memory, or with `shard_base` a
+// sharded base's slices of them).
+inline engine::schedule::ResidencyPlan offload_plan(const engine::model::CausalLM& lm,
+                                                    std::vector<int64_t> host_layers,
+                                                    int64_t prefetch_depth = 1,
+                                                    bool shard_base = false) {
+  return engine::schedule::ResidencyPlan(static_cast<int64_t>(lm.layers().size()),
+                                         {std::move(host_layers), shard_base, prefetch_depth, false});
 }
 
 struct StepsResult {

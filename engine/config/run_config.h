@@ -280,7 +280,7 @@ struct RunConfig {
   // a GPU and Gloo otherwise; gloo on a GPU stages every collective through host memory.
   std::string ddp_backend = "auto";
   // shard_base (or axolotl's fsdp): each rank keeps 1/world_size of the base's layers and gathers
-  // a layer before it computes (engine/dist/sharded_weights.h).
+  // a layer before it computes (engine/dist/sharded_base.h).
   bool shard_base = false;
 
   // Not a key: the axolotl settings of this config that change speed, not what is trained, and

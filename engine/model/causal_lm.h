@@ -21,7 +21,7 @@ struct LoadOptions {
   at::ScalarType dtype = at::kFloat;  // compute dtype: float32, bfloat16 or float16
   at::Device device = at::kCPU;
   // Decoder layers whose base linear weights are kept in CPU memory after quantization (the
-  // layers offload/ will stream; see engine/schedule/offloaded_weights.h).
+  // layers offload/ will stream; see engine/schedule/streamed_weights.h).
   std::vector<int64_t> host_layers;
   // axolotl's quantize_moe_experts: routed experts are quantized per expert as `quant` says
   // (true), or kept in the compute dtype (false). Routers are never quantized.
@@ -32,7 +32,7 @@ struct LoadOptions {
   // them on the transformers config before loading), e.g. {"output_router_logits": true}.
   nlohmann::json model_config = nlohmann::json::object();
   // Called with each decoder layer (and its index) once it is loaded and checked, before the next
-  // one is read: a sharded base (engine/dist/sharded_weights.h) keeps its slice of the layer
+  // one is read: a sharded base (engine/dist/sharded_base.h) keeps its slice of the layer
   // here, so that loading never holds more than one whole layer besides the slices.
   std::function<void(int64_t, DecoderLayer&)> on_layer_loaded;
   // Whether this process reads decoder layer i's base linear weights (null: every layer's). A

@@ -37,7 +37,7 @@ struct LinearLayer {
   // What `make` builds from a weight [out, in] of `source_dtype`, without reading it: the base
   // weight's tensors are meta tensors of the sizes and dtypes `make` gives them (a 4-bit nested
   // offset is 0), for a layer whose bytes another rank reads and sends (Note [Sharded base] in
-  // engine/dist/sharded_weights.h). The bias is real.
+  // engine/dist/sharded_base.h). The bias is real.
   static LinearLayer placeholder(std::string name,
                                  int64_t out_features,
                                  int64_t in_features,

@@ -1,8 +1,8 @@
 // The seam through which a layer's weights become usable on the compute device. The scheduler
 // calls acquire(i) before layer i computes (in forward, and again before its recompute in
-// backward) and release(i) after. Resident weights need nothing; offloaded layers
-// (offloaded_weights.h) are copied into device slots here, and sharded layers (engine/dist) will
-// be gathered into them.
+// backward) and release(i) after. Resident weights need nothing; streamed layers
+// (streamed_weights.h: offloaded to host memory, or a sharded base's) are copied or gathered into
+// device slots here.
 #pragma once
 
 #include <cstdint>

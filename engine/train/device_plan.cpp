@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/config/byte_size.h"
+#include "engine/schedule/offloaded_weights.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/run_plan.h"
 #include "offload/copy_bandwidth.h"
@@ -19,16 +20,26 @@ namespace {
 // The budget of a plan made on the CPU, where there is no device memory to fit: it always fits.
 constexpr int64_t kNoBudget = int64_t{1} << 62;
 
+schedule::ResidencyPlan residency_plan(const config::RunConfig& c,
+                                       const model::ModelConfig& model,
+                                       std::vector<int64_t> host_layers) {
+  return schedule::ResidencyPlan(
+      model.num_layers,
+      schedule::ResidencyRequest{
+          std::move(host_layers), c.shard_base, c.offload_prefetch_depth, c.activation_offloading});
+}
+
 }  // namespace
 
 DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int64_t world_size) {
   DevicePlan p;
   p.device = device;
-  p.shard_base = c.shard_base;
   const bool offload = c.offload_layers_auto || c.offload_layers > 0;
+  const auto model = read_model_config(c.base_model);
   if (!device.is_cuda() && !offload) {
     // Offloaded activations alone pass through the simulated copy engine on the CPU.
     if (c.activation_offloading) p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();
+    p.residency = residency_plan(c, model, {});
     return p;
   }
   TORCH_CHECK(device.is_cuda() || !c.offload_layers_auto,
@@ -36,11 +47,10 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
               device,
               "; give a number of layers (on the CPU they pass through the simulated copy engine, "
               "which tests the machinery and saves no memory), or set offload_layers: 0");
-  const auto model = read_model_config(c.base_model);
   if (!device.is_cuda()) {
     // No device memory to plan, but the same planner chooses the layers, against no budget.
     auto plan = plan_run(c, model, kNoBudget, offload::kDefaultH2dBytesPerSecond, world_size);
-    p.offloaded_layers = plan.offloaded_layers;
+    p.residency = residency_plan(c, model, plan.offloaded_layers);
     p.memory = std::move(plan);
     p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();
     return p;
@@ -75,27 +85,37 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
   limit_device_memory(device, budget);
   std::printf("%s", offload::format_plan(plan).c_str());
   std::fflush(stdout);
-  p.offloaded_layers = plan.offloaded_layers;
+  p.residency = residency_plan(c, model, plan.offloaded_layers);
   p.memory = std::move(plan);
   return p;
 }
 
-std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& p,
-                                                           model::CausalLM& model,
-                                                           const config::RunConfig& c) {
-  if (p.offloaded_layers.empty()) return nullptr;
-  auto residency = std::make_shared<schedule::OffloadedWeights>(
-      model, schedule::OffloadOptions{p.offloaded_layers, c.offload_prefetch_depth}, p.copy_engine);
+std::shared_ptr<schedule::StreamedWeights> make_residency(const DevicePlan& p,
+                                                          model::CausalLM& model,
+                                                          std::shared_ptr<dist::ShardedBase> sharded) {
+  const auto& plan = p.residency;
+  if (plan.streamed_layers().empty()) return nullptr;
+  TORCH_CHECK(plan.shard_base() == (sharded != nullptr), "the sharded base and the residency plan disagree");
+  const auto residency = sharded ? std::make_shared<schedule::StreamedWeights>(model, plan, sharded)
+                                 : schedule::offload_to_host(model, plan, p.copy_engine);
   const auto s = residency->stats();
-  std::printf("offload: %lld of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
-              static_cast<long long>(s.offloaded_layers),
-              static_cast<long long>(model.layers().size()),
-              p.device.is_cuda() ? "pinned" : "simulated",
-              offload::format_bytes(s.host_bytes).c_str(),
-              static_cast<long long>(s.num_slots),
-              offload::format_bytes(s.slot_bytes).c_str(),
-              static_cast<long long>(c.offload_prefetch_depth),
-              p.device.is_cuda() ? "" : " (CPU run: no memory saved)");
+  const bool gpu = p.device.is_cuda();
+  if (sharded) {
+    std::printf("shard_base: each layer gathered into one of %lld device slots of %s, prefetch depth %lld\n",
+                static_cast<long long>(s.num_slots),
+                offload::format_bytes(s.slot_bytes).c_str(),
+                static_cast<long long>(plan.prefetch_depth()));
+  } else {
+    std::printf("offload: %zu of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
+                plan.host_layers().size(),
+                static_cast<long long>(plan.num_layers()),
+                gpu ? "pinned" : "simulated",
+                offload::format_bytes(s.held_bytes).c_str(),
+                static_cast<long long>(s.num_slots),
+                offload::format_bytes(s.slot_bytes).c_str(),
+                static_cast<long long>(plan.prefetch_depth()),
+                gpu ? "" : " (CPU run: no memory saved)");
+  }
   std::fflush(stdout);
   return residency;
 }
@@ -133,9 +153,9 @@ std::string out_of_memory_report(const DevicePlan& p,
   msg +=
       "The plan's estimate was too low for this step. What to change, most effective first: "
       "offload_layers: auto (or more layers than " +
-      std::to_string(p.offloaded_layers.size()) + "), gradient_checkpointing: true, a lower micro_batch_size (now " +
-      std::to_string(c.micro_batch_size) + ") with a higher gradient_accumulation_steps, a lower sequence_len (now " +
-      std::to_string(c.sequence_len) +
+      std::to_string(p.residency.host_layers().size()) +
+      "), gradient_checkpointing: true, a lower micro_batch_size (now " + std::to_string(c.micro_batch_size) +
+      ") with a higher gradient_accumulation_steps, a lower sequence_len (now " + std::to_string(c.sequence_len) +
       "), or a lower gpu_memory_limit so that the plan keeps more room. Checkpoints already in " +
       c.output_dir.string() + " are intact.";
   return msg;

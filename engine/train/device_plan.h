@@ -1,9 +1,9 @@
 // How a training run uses its device's memory, decided before the model is loaded: the memory
 // plan (from config.json alone, engine/train/run_plan.h), the limit put on the CUDA allocator
-// (gpu_memory_limit), which layers are offloaded, and, once the model is loaded, the residency
-// that streams them. A plan that does not fit stops the run here, with the table, instead of an
-// out-of-memory error deep in a step; an out-of-memory error that happens anyway is reported
-// with the same table (out_of_memory_report).
+// (gpu_memory_limit), the residency plan (where each layer's weights and activations live), and,
+// once the model is loaded, the residency that streams them. A plan that does not fit stops the run here, with the
+// table, instead of an out-of-memory error deep in a step; an out-of-memory error that happens anyway is reported with
+// the same table (out_of_memory_report).
 #pragma once
 
 #include <memory>
@@ -13,8 +13,10 @@
 #include <c10/core/Device.h>
 
 #include "engine/config/run_config.h"
+#include "engine/dist/sharded_base.h"
 #include "engine/model/causal_lm.h"
-#include "engine/schedule/offloaded_weights.h"
+#include "engine/schedule/residency_plan.h"
+#include "engine/schedule/streamed_weights.h"
 #include "offload/planner.h"
 
 namespace qtrain::engine::train {
@@ -24,8 +26,8 @@ struct DevicePlan {
   // On CUDA, always; on the CPU only when layers are offloaded (through the simulated copy
   // engine: it exercises the machinery and saves no memory).
   std::optional<offload::MemoryPlan> memory;
-  std::vector<int64_t> offloaded_layers;  // from `memory`: the planner decides them
-  bool shard_base = false;                // each rank keeps 1/world_size of the base (the planner counted it)
+  // The offloaded layers come from `memory` (the planner chooses them), the rest from the config.
+  schedule::ResidencyPlan residency;
   // When layers or activations are offloaded: the copy engine (CUDA, or simulated on the CPU) and,
   // on CUDA, the bandwidth it measured.
   std::shared_ptr<offload::CopyEngine> copy_engine;
@@ -36,10 +38,12 @@ struct DevicePlan {
 // the allocator to the budget. Errors, with the table and its advice, when the plan does not fit.
 DevicePlan plan_device(const config::RunConfig& config, const at::Device& device, int64_t world_size = 1);
 
-// The residency the plan implies for the loaded model: null when every layer is resident.
-std::shared_ptr<schedule::OffloadedWeights> make_residency(const DevicePlan& plan,
-                                                           model::CausalLM& model,
-                                                           const config::RunConfig& config);
+// The residency the plan implies for the loaded model: its layers streamed from the sharded base
+// (made before loading, see ShardedBase::prepare_load) or from host memory; null when every
+// layer is resident. Prints what it streams.
+std::shared_ptr<schedule::StreamedWeights> make_residency(const DevicePlan& plan,
+                                                          model::CausalLM& model,
+                                                          std::shared_ptr<dist::ShardedBase> sharded);
 
 // Empty when `available_bytes` of host RAM hold what `plan` pins there (offloaded layers and
 // offloaded activations) with a quarter to spare for everything else the process and the system

@@ -16,7 +16,7 @@
 #include "engine/data/model_tokenizer.h"
 #include "engine/dist/comm.h"
 #include "engine/dist/dist_env.h"
-#include "engine/dist/sharded_weights.h"
+#include "engine/dist/sharded_base.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
@@ -124,9 +124,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   options.device = device;
   c10::OptionalDeviceGuard device_guard;
   if (options.device.is_cuda()) device_guard.reset_device(options.device);
-  const DevicePlan device_plan = plan_device(c, options.device, comm.world_size());
-  options.host_layers = device_plan.offloaded_layers;
   const auto folder = io::HfFolder::open(c.base_model);
+  const DevicePlan device_plan = plan_device(c, options.device, comm.world_size());
+  options.host_layers = device_plan.residency.host_layers();
   std::fprintf(out,
                "model: %s on %s, %s, base %s\n",
                c.base_model.c_str(),
@@ -134,11 +134,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                c10::toString(options.dtype),
                base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   std::fflush(out);
-  // See Note [Sharded base] (engine/dist/sharded_weights.h): a rank reads 1/N of the layers and
+  // See Note [Sharded base] (engine/dist/sharded_base.h): a rank reads 1/N of the layers and
   // keeps its slice of each layer as soon as the layer is loaded.
-  std::shared_ptr<dist::ShardedWeights> sharded;
-  if (device_plan.shard_base) {
-    sharded = std::make_shared<dist::ShardedWeights>(comm, c.offload_prefetch_depth);
+  std::shared_ptr<dist::ShardedBase> sharded;
+  if (device_plan.residency.shard_base()) {
+    sharded = std::make_shared<dist::ShardedBase>(comm, device_plan.residency);
     sharded->prepare_load(options);
   }
   const auto load_start = std::chrono::steady_clock::now();
@@ -148,14 +148,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     const int64_t host = sharded->host_shard_bytes();
     std::fprintf(
         out,
-        "shard_base: %s of the base's layers on each of %lld ranks%s, gathered into %lld slots of %s; "
-        "this rank read %lld of the %zu layers, loaded in %.1f s\n",
+        "shard_base: %s of the base's layers on each of %lld ranks%s; this rank read %lld of the %zu layers, "
+        "loaded in %.1f s\n",
         offload::format_bytes(sharded->shard_bytes()).c_str(),
         static_cast<long long>(comm.world_size()),
         host > 0 ? (" (" + offload::format_bytes(host) + " of it in pinned host memory: the offloaded layers)").c_str()
                  : "",
-        static_cast<long long>(sharded->num_slots()),
-        offload::format_bytes(sharded->slot_bytes()).c_str(),
         static_cast<long long>(sharded->layers_read()),
         lm.layers().size(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
@@ -238,11 +236,8 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                "optimizer: %s, state %.2f MiB\n",
                std::string(optimizer->name()).c_str(),
                static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
-  // Offloaded layers of a sharded base stream through the gather, not through offload's ring.
-  const auto offloaded = sharded ? nullptr : make_residency(device_plan, lm, c);
-  std::shared_ptr<schedule::WeightResidency> residency = offloaded;
-  if (sharded) residency = sharded;
-  schedule::LayerScheduler scheduler(lm, residency);
+  const auto streamed = make_residency(device_plan, lm, sharded);
+  schedule::LayerScheduler scheduler(lm, streamed);
   if (c.tiled_mlp) {
     const auto tiled = std::make_shared<schedule::TiledMlp>(c.tiled_mlp_num_shards);
     scheduler.tile_mlp(tiled);
@@ -251,14 +246,14 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                  static_cast<long long>(tiled->shards_of(c.micro_batch_size * c.sequence_len)),
                  static_cast<long long>(c.micro_batch_size * c.sequence_len));
   }
-  if (c.activation_offloading) {
-    scheduler.offload_activations(
-        std::make_shared<schedule::OffloadedActivations>(device_plan.copy_engine, c.offload_prefetch_depth));
+  if (device_plan.residency.offload_activations()) {
+    scheduler.offload_activations(std::make_shared<schedule::OffloadedActivations>(
+        device_plan.copy_engine, device_plan.residency.prefetch_depth()));
     std::fprintf(out,
                  "activation offloading: checkpointed layers' inputs wait in %s host memory, fetched %lld layer(s) "
                  "ahead of their recompute\n",
                  options.device.is_cuda() ? "pinned" : "(simulated)",
-                 static_cast<long long>(c.offload_prefetch_depth));
+                 static_cast<long long>(device_plan.residency.prefetch_depth()));
   }
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
                       : c.gradient_checkpointing == config::GradientCheckpointing::every_kth
@@ -431,8 +426,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       const double lr = lr_schedule.lr_at(state.global_step);  // the next step's, as the Trainer logs it
       const double tps = window_s > 0 ? static_cast<double>(window_tokens) / window_s : 0.0;
       const int64_t peak = peak_memory_bytes(options.device);
-      // Host-to-device bytes of offloaded layers per step, over the steps since the last line.
-      const int64_t copied = offloaded ? offloaded->stats().ring.copied_bytes : 0;
+      // Host-to-device bytes of offloaded layers per step, over the steps since the last line (a
+      // sharded base's gathers are in comm_seconds).
+      const int64_t copied = streamed && !sharded ? streamed->stats().ring.copied_bytes : 0;
       const int64_t steps_in_window = std::max<int64_t>(1, state.global_step - step_logged);
       const int64_t copied_per_step = (copied - copied_logged) / steps_in_window;
       copied_logged = copied;

@@ -11,6 +11,7 @@
 #include "engine/schedule/offloaded_activations.h"
 #include "engine/schedule/offloaded_weights.h"
 #include "engine/schedule/tiled_mlp.h"
+#include "offload/host_store.h"
 #include "offload/slot_ring.h"
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
@@ -77,8 +78,8 @@ TEST_P(CudaOffloadEquivalence, LossesAndLoraGradientsAreBitwiseIdentical) {
   }
   for (const std::vector<int64_t>& layers : {std::vector<int64_t>{1}, {0, 2}, {0, 1, 2}}) {
     auto lm = test::load_llama_with_lora(v.kind, at::kBFloat16, cuda);
-    auto offloaded = std::make_shared<engine::schedule::OffloadedWeights>(
-        lm, engine::schedule::OffloadOptions{layers, v.depth}, make_cuda_copy_engine(cuda));
+    auto offloaded =
+        engine::schedule::offload_to_host(lm, test::offload_plan(lm, layers, v.depth), make_cuda_copy_engine(cuda));
     const auto got = test::two_steps(lm, offloaded, CheckpointPolicy::every_layer);
     const std::string what = v.name + ", " + std::to_string(layers.size()) + " layers offloaded";
     test::expect_same_steps(got, want, what);

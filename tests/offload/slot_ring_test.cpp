@@ -67,9 +67,9 @@ TEST(BlobLayout, PacksEveryDtypeAtAlignedOffsetsAndViewsShareTheBlob) {
 
 TEST(SlotRing, AcquireWaitsForTheCopy) {
   auto engine = std::make_shared<SimulatedCopyEngine>(SimulatedCopyOptions{20ms, false});
-  const auto store = store_of(engine, 3);
+  auto store = store_of(engine, 3);
   SlotRing ring(store, 2);
-  EXPECT_EQ(ring.slot_bytes(), store.max_blob_bytes());
+  EXPECT_EQ(ring.slot_bytes(), store.max_fill_bytes());
   for (int64_t l : {0, 1, 2, 0}) {
     const auto lease = ring.acquire(ring.prefetch(l));  // the copy is still sleeping here
     expect_layer(lease.tensors, l);
@@ -81,7 +81,7 @@ TEST(SlotRing, AcquireWaitsForTheCopy) {
 
 TEST(SlotRing, RefillsASlotOnlyAfterTheComputeThatReadItFinished) {
   auto engine = std::make_shared<SimulatedCopyEngine>(SimulatedCopyOptions{0us, /*manual_compute_fences=*/true});
-  const auto store = store_of(engine, 2);
+  auto store = store_of(engine, 2);
   SlotRing ring(store, 1);
   engine->finish_compute();  // the compute enqueued before the ring was made
   const auto lease0 = ring.acquire(ring.prefetch(0));
@@ -100,7 +100,7 @@ TEST(SlotRing, RefillsASlotOnlyAfterTheComputeThatReadItFinished) {
 
 TEST(SlotRing, FirstCopyIntoANewSlotWaitsForTheComputeEnqueuedBeforeIt) {
   auto engine = std::make_shared<SimulatedCopyEngine>(SimulatedCopyOptions{0us, /*manual_compute_fences=*/true});
-  const auto store = store_of(engine, 1);
+  auto store = store_of(engine, 1);
   SlotRing ring(store, 1);  // its buffer may be memory that compute still reads
   const auto ticket = ring.prefetch(0);
   std::this_thread::sleep_for(50ms);
@@ -114,7 +114,7 @@ TEST(SlotRing, FirstCopyIntoANewSlotWaitsForTheComputeEnqueuedBeforeIt) {
 
 TEST(SlotRing, AStaleTicketIsRefusedNeverRead) {
   auto engine = std::make_shared<SimulatedCopyEngine>();
-  const auto store = store_of(engine, 3);
+  auto store = store_of(engine, 3);
   SlotRing ring(store, 2);
   const auto t0 = ring.prefetch(0);
   const auto t1 = ring.prefetch(1);
@@ -150,7 +150,7 @@ TEST(SlotRing, ATensorAutogradSavedFromARefilledSlotFailsInBackward) {
 
 TEST(SlotRing, ALayerStillInASlotIsReusedWithoutACopy) {
   auto engine = std::make_shared<SimulatedCopyEngine>();
-  const auto store = store_of(engine, 2);
+  auto store = store_of(engine, 2);
   SlotRing ring(store, 2);
   for (int64_t l : {0, 1, 1, 0}) ring.release(ring.acquire(ring.prefetch(l)));
   EXPECT_EQ(ring.stats().copies, 2);

@@ -95,8 +95,9 @@ Steps check_schedules(const std::string& name, model::ExpertKernel kernel) {
   const auto plain = two_steps(name, lm, nullptr, CheckpointPolicy::none);
   for (const auto& g : plain.grads) EXPECT_GT(g.abs().max().item<double>(), 0.0);
   expect_identical(plain, two_steps(name, lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
-  auto offloaded = std::make_shared<OffloadedWeights>(
-      lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
+  auto offloaded = offload_to_host(lm,
+                                   ResidencyPlan(static_cast<int64_t>(lm.layers().size()), {{0, 2}}),
+                                   std::make_shared<offload::SimulatedCopyEngine>());
   expect_identical(plain, two_steps(name, lm, offloaded, CheckpointPolicy::every_layer), "offload");
   const auto engine = std::make_shared<offload::SimulatedCopyEngine>(offload::SimulatedCopyOptions{1ms, false});
   expect_identical(plain,
@@ -147,8 +148,9 @@ TEST(MoeSchedule, LoadBalancingLossChangesNoBitUnderCheckpointingAndOffload) {
   expect_identical(plain, two_steps("mixtral", lm, nullptr, CheckpointPolicy::every_layer), "checkpointing");
   expect_identical(
       plain, two_steps("mixtral", lm, nullptr, CheckpointPolicy::every_kth, 2), "checkpointing every other layer");
-  auto offloaded = std::make_shared<OffloadedWeights>(
-      lm, OffloadOptions{{0, 2}, 1}, std::make_shared<offload::SimulatedCopyEngine>());
+  auto offloaded = offload_to_host(lm,
+                                   ResidencyPlan(static_cast<int64_t>(lm.layers().size()), {{0, 2}}),
+                                   std::make_shared<offload::SimulatedCopyEngine>());
   expect_identical(plain, two_steps("mixtral", lm, offloaded, CheckpointPolicy::every_layer), "offload");
   const auto engine = std::make_shared<offload::SimulatedCopyEngine>(offload::SimulatedCopyOptions{1ms, false});
   expect_identical(plain,

@@ -1,21 +1,21 @@
-// Residency for a base model sharded across the ranks of a run (shard_base, axolotl's fsdp): each
-// rank keeps 1/world_size of every decoder layer's quantized base weights and all-gathers a layer
-// into one of a few device slots before it computes, in forward and again before its recompute in
-// backward. See Note [Sharded base].
+// A base model sharded across the ranks of a run (shard_base, axolotl's fsdp): each rank keeps
+// 1/world_size of every decoder layer's quantized base weights, and a layer is all-gathered into
+// a device slot before it computes, in forward and again before its recompute in backward: the
+// slot source of streamed weights (engine/schedule/streamed_weights.h) for such a run. See Note
+// [Sharded base].
 #pragma once
 
 #include <cstdint>
 #include <map>
-#include <mutex>
-#include <optional>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "engine/dist/comm.h"
 #include "engine/model/causal_lm.h"
-#include "engine/schedule/residency.h"
+#include "engine/schedule/residency_plan.h"
 #include "offload/blob_layout.h"
+#include "offload/slot_source.h"
 
 namespace qtrain::engine::dist {
 
@@ -45,52 +45,56 @@ namespace qtrain::engine::dist {
 // scheduler acquires each layer in forward and each checkpointed one in backward, identically on
 // every rank (a training step runs gradient_accumulation_steps micro-batches on each rank); a rank
 // with no evaluation batch left calls LayerScheduler::skip_eval. Slots are chosen by the same rule
-// on every rank (a slot that still holds the layer, else an empty one, else the one released
-// longest ago), so a layer found in a slot is skipped by all ranks alike. Every gather bumps its
+// on every rank (offload/slot_ring.h: a slot that still holds the layer, else an empty one, else
+// the one released longest ago), so a layer found in a slot is skipped by all ranks alike. Every gather bumps its
 // slot's version counter: a tensor saved for backward from a slot that has since been refilled
 // fails in backward instead of reading the new layer. A sharded layer therefore always needs its
 // recompute, like an offloaded one.
 //
-// Gathers run ahead of the compute like offload's copies: the scheduler announces the pass's
-// acquisitions (plan_acquisitions), and up to prefetch_depth layers past the one computing are
+// Gathers run ahead of the compute like offload's copies, through the same slot ring and
+// prefetch window (streamed_weights.h): up to prefetch_depth layers past the one computing are
 // being gathered into free slots while it computes (on Gloo's threads, or NCCL's stream), in the
 // same order on every rank. A slot holding a layer the window still wants is not reused.
-class ShardedWeights final : public schedule::WeightResidency {
+class ShardedBase final : public offload::SlotSource {
  public:
-  // `comm` must outlive this object. Slots: offload::slots_for(layers, prefetch_depth), as offload uses.
-  ShardedWeights(Comm& comm, int64_t prefetch_depth);
-  // Waits for gathers still in flight (they write into the slots), unless an error is on its way
-  // out: then a peer may be gone, and the process ends anyway.
-  ~ShardedWeights() override;
-  ShardedWeights(const ShardedWeights&) = delete;
-  ShardedWeights& operator=(const ShardedWeights&) = delete;
+  // `comm` must outlive this object; `plan` shards the base (its host layers keep their slices in
+  // host memory).
+  ShardedBase(Comm& comm, const schedule::ResidencyPlan& plan);
+  // Waits for the transfers of loading still in flight, unless an error is on its way out: then a
+  // peer may be gone, and the process ends anyway.
+  ~ShardedBase() override;
+  ShardedBase(const ShardedBase&) = delete;
+  ShardedBase& operator=(const ShardedBase&) = delete;
 
   // Sets `options` to load only the layers this rank reads and to keep this rank's shard of each
-  // layer as it loads (reads_layer_weights, on_layer_loaded); host_layers and device must be set
-  // already. Then CausalLM::load, then bind_model.
+  // layer as it loads (reads_layer_weights, on_layer_loaded), in host memory for the plan's host
+  // layers; `options.device` must be set already. Then CausalLM::load, then bind_model.
   void prepare_load(model::LoadOptions& options);
   // The rank that reads layer `layer` from the checkpoint and sends the others their shards.
   int64_t reader_of(int64_t layer) const { return layer % comm_.world_size(); }
-  // The loaded model, whose layers acquire() binds to the gathered tensors: waits for the shards
-  // still arriving and checks them (See Note [Sharded base]). Every layer must have been loaded
-  // with prepare_load's options. The model must outlive this object.
+  // The loaded model: waits for the shards still arriving and checks them (See Note [Sharded
+  // base]). Every layer must have been loaded with prepare_load's options. Then a StreamedWeights
+  // over this source makes the layers computable.
   void bind_model(model::CausalLM& model);
-
-  void plan_acquisitions(const std::vector<int64_t>& order) override;
-  void acquire(int64_t layer) override;
-  void release(int64_t layer) override;
-  bool needs_recompute(int64_t) const override { return true; }
 
   int64_t shard_bytes() const;  // this rank's shards of all layers
   int64_t layers_read() const;  // layers this rank read from the checkpoint (it is their reader)
   // Of those, the ones kept in host memory while the model computes on a GPU (offloaded layers).
   int64_t host_shard_bytes() const;
-  int64_t slot_bytes() const { return slot_bytes_; }
-  int64_t num_slots() const { return static_cast<int64_t>(slots_.size()); }
-  int64_t gathers() const { return gathers_; }
-  int64_t gathered_bytes() const { return gathered_bytes_; }
-  // Acquisitions no gather ahead had prepared: the compute waited for a whole gather.
-  int64_t unprepared_acquisitions() const { return unprepared_; }
+
+  // SlotSource: a fill is an all-gather of the layer's shards (padded to world_size * 256 bytes),
+  // a collective that every rank makes in the same order; a layer rests as meta placeholders.
+  at::Tensor device_buffer(int64_t bytes) override;
+  const offload::BlobLayout& layout(int64_t layer) const override { return shards_.at(layer).layout; }
+  int64_t fill_bytes(int64_t layer) const override { return shards_.at(layer).padded_bytes; }
+  int64_t max_fill_bytes() const override;
+  offload::FencePtr fill(int64_t layer, const at::Tensor& dst, const offload::FencePtr& after) override;
+  void compute_wait(const offload::FencePtr& fence) override;
+  // None: NCCL starts a collective after the work the current stream holds, and on the CPU that
+  // work has run before the host starts the next gather.
+  offload::FencePtr compute_fence() override { return nullptr; }
+  std::vector<at::Tensor> resting_tensors(int64_t layer) const override;
+  int64_t held_bytes() const override { return shard_bytes(); }
 
  private:
   struct Shard {
@@ -105,40 +109,15 @@ class ShardedWeights final : public schedule::WeightResidency {
     int64_t expected_bytes = 0, expected_signature = 0;
     Comm::Pending description_sent, shard_sent;
   };
-  struct Slot {
-    at::Tensor buffer;  // uint8 [slot_bytes_]
-    int64_t layer = -1;
-    bool acquired = false;
-    std::optional<Comm::Pending> gathering;  // until acquire waits for it
-    uint64_t last_use = 0;
-  };
   void shard_layer(int64_t index, model::DecoderLayer& layer);
   void wait_incoming(int64_t up_to_layer);
-  Slot* holding(int64_t layer);
-  // A slot to gather `layer` into: an empty one, else the one released longest ago among those
-  // holding no layer of the window ahead.
-  Slot* free_slot(const std::vector<int64_t>& window);
-  void start_gather(Slot& slot, int64_t layer);
-  std::vector<int64_t> window() const;
-  void gather_ahead();
 
   Comm& comm_;
-  int64_t depth_;
-  at::Device device_ = at::kCPU;      // the model's (LoadOptions::device)
-  std::vector<int64_t> host_layers_;  // shards kept in host memory (LoadOptions::host_layers)
+  schedule::ResidencyPlan plan_;
+  at::Device device_ = at::kCPU;  // the model's (LoadOptions::device)
   std::vector<Incoming> incoming_;
-  model::CausalLM* model_ = nullptr;
+  bool bound_ = false;
   std::map<int64_t, Shard> shards_;
-  std::vector<Slot> slots_;
-  int64_t slot_bytes_ = 0;
-  std::vector<int64_t> order_;  // the announced acquisitions
-  size_t cursor_ = 0;           // index in order_ of the next expected acquisition
-  uint64_t clock_ = 0;
-  int64_t unprepared_ = 0;
-  int64_t gathers_ = 0;
-  int64_t gathered_bytes_ = 0;
-  // Forward runs on the caller's thread, a CUDA backward on autograd's device thread.
-  std::mutex mutex_;
 };
 
 }  // namespace qtrain::engine::dist

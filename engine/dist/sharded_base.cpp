@@ -1,5 +1,5 @@
-// See sharded_weights.h.
-#include "engine/dist/sharded_weights.h"
+// See sharded_base.h.
+#include "engine/dist/sharded_base.h"
 
 #include <algorithm>
 #include <cstring>
@@ -9,30 +9,10 @@
 
 #include <ATen/ATen.h>
 
-#include "offload/prefetch_depth.h"
+#include "engine/model/base_tensors.h"
 
 namespace qtrain::engine::dist {
 namespace {
-
-std::vector<at::Tensor> base_tensors(const model::DecoderLayer& layer) {
-  std::vector<at::Tensor> tensors;
-  for (const auto* lin : layer.weight_linears()) {
-    const auto t = lin->base_tensors();
-    tensors.insert(tensors.end(), t.begin(), t.end());
-  }
-  return tensors;
-}
-
-void bind_layer(model::DecoderLayer& layer, const std::vector<at::Tensor>& tensors) {
-  size_t next = 0;
-  for (auto* lin : layer.weight_linears()) {
-    const size_t count = lin->base_tensors().size();
-    TORCH_INTERNAL_ASSERT(next + count <= tensors.size());
-    lin->rebind_base_tensors(std::vector<at::Tensor>(tensors.begin() + next, tensors.begin() + next + count));
-    next += count;
-  }
-  TORCH_INTERNAL_ASSERT(next == tensors.size());
-}
 
 // Meta tensors with the layout's shapes and dtypes: the layer's shape without its bytes.
 std::vector<at::Tensor> placeholders(const offload::BlobLayout& layout) {
@@ -71,44 +51,56 @@ std::vector<float*> nested_offsets(model::DecoderLayer& layer) {
   return offsets;
 }
 
+// A gather into a slot: done once Comm::wait has returned for it.
+class GatherFence final : public offload::Fence {
+ public:
+  GatherFence(Comm& comm, Comm::Pending pending) : comm_(comm), pending_(std::move(pending)) {}
+  bool ready() const override { return waited_; }
+  // Only a destructor (the slot ring's) waits while an exception is on its way out: then a peer
+  // may be gone and the process ends anyway, so it does not wait for the collective.
+  void synchronize() const override {
+    if (waited_ || std::uncaught_exceptions() > 0) return;
+    comm_.wait(pending_);
+    waited_ = true;
+  }
+
+ private:
+  Comm& comm_;
+  // Waited for under the streamed weights' lock.
+  mutable Comm::Pending pending_;
+  mutable bool waited_ = false;
+};
+
 }  // namespace
 
-ShardedWeights::ShardedWeights(Comm& comm, int64_t prefetch_depth) : comm_(comm), depth_(prefetch_depth) {
-  offload::check_prefetch_depth(depth_);
+ShardedBase::ShardedBase(Comm& comm, const schedule::ResidencyPlan& plan) : comm_(comm), plan_(plan) {
+  TORCH_CHECK(plan_.shard_base(), "a sharded base needs a residency plan with shard_base");
 }
 
-ShardedWeights::~ShardedWeights() {
+ShardedBase::~ShardedBase() {
   if (std::uncaught_exceptions() > 0) return;
   for (auto& in : incoming_) {
     try {
       comm_.wait(in.description_sent);
       comm_.wait(in.shard_sent);
     } catch (...) {
-      // As below.
-    }
-  }
-  for (auto& slot : slots_) {
-    if (!slot.gathering) continue;
-    try {
-      comm_.wait(*slot.gathering);
-    } catch (...) {
-      // A failed gather was reported by the collective that came after it; nothing to add.
+      // A failed transfer was reported by the collective that came after it; nothing to add.
     }
   }
 }
 
-void ShardedWeights::prepare_load(model::LoadOptions& options) {
+void ShardedBase::prepare_load(model::LoadOptions& options) {
   device_ = options.device;
-  host_layers_ = options.host_layers;
+  options.host_layers = plan_.host_layers();
   options.reads_layer_weights = [this](int64_t i) { return reader_of(i) == comm_.rank(); };
   options.on_layer_loaded = [this](int64_t i, model::DecoderLayer& layer) { shard_layer(i, layer); };
 }
 
-void ShardedWeights::shard_layer(int64_t index, model::DecoderLayer& layer) {
-  TORCH_CHECK(!model_, "layer ", index, " is sharded after the model was bound");
+void ShardedBase::shard_layer(int64_t index, model::DecoderLayer& layer) {
+  TORCH_CHECK(!bound_, "layer ", index, " is sharded after the model was bound");
   TORCH_CHECK(!shards_.count(index), "layer ", index, " is sharded twice");
   at::NoGradGuard no_grad;
-  const auto tensors = base_tensors(layer);
+  const auto tensors = model::layer_base_tensors(layer);
   TORCH_CHECK(!tensors.empty(), "layer ", index, " has no base weights to shard");
   const int64_t reader = reader_of(index);
   const bool reads = reader == comm_.rank();
@@ -125,7 +117,7 @@ void ShardedWeights::shard_layer(int64_t index, model::DecoderLayer& layer) {
   s.padded_bytes = (s.layout.total_bytes() + unit - 1) / unit * unit;
   // The shard lives where the layer computes, or in host memory for an offloaded layer (loaded
   // there by the reader), pinned when a GPU will read it; it crosses to the device in the gather.
-  const bool host = std::find(host_layers_.begin(), host_layers_.end(), index) != host_layers_.end();
+  const bool host = plan_.weights(index) == schedule::WeightHome::host_shard;
   const at::Device where = reads ? tensors[0].device() : host ? at::Device(at::kCPU) : device_;
   s.bytes = at::empty({s.padded_bytes / world}, at::TensorOptions(at::kByte).device(where));
   if (s.bytes.is_cpu() && at::hasCUDA()) s.bytes = s.bytes.pin_memory();
@@ -153,12 +145,12 @@ void ShardedWeights::shard_layer(int64_t index, model::DecoderLayer& layer) {
   in.description_sent = comm_.start_broadcast(in.description, reader, "receiving the description" + from);
   in.shard_sent = comm_.start_scatter(s.bytes, blob, reader, "receiving the base weights" + from);
   incoming_.push_back(std::move(in));
-  slot_bytes_ = std::max(slot_bytes_, s.padded_bytes);
-  bind_layer(layer, placeholders(s.layout));  // drops the whole tensors (kept by the scatter until sent)
+  // Drops the whole tensors (kept by the scatter until sent).
+  model::bind_layer_base_tensors(layer, placeholders(s.layout));
   shards_.emplace(index, std::move(s));
 }
 
-void ShardedWeights::wait_incoming(int64_t up_to_layer) {
+void ShardedBase::wait_incoming(int64_t up_to_layer) {
   for (auto& in : incoming_) {
     if (in.layer > up_to_layer) continue;
     comm_.wait(in.description_sent);  // a no-op once waited for
@@ -166,14 +158,14 @@ void ShardedWeights::wait_incoming(int64_t up_to_layer) {
   }
 }
 
-void ShardedWeights::bind_model(model::CausalLM& model) {
+void ShardedBase::bind_model(model::CausalLM& model) {
   const int64_t n = static_cast<int64_t>(model.layers().size());
   TORCH_CHECK(static_cast<int64_t>(shards_.size()) == n,
               "the model has ",
               n,
               " layers but ",
               shards_.size(),
-              " were sharded; load it with the options ShardedWeights::prepare_load sets");
+              " were sharded; load it with the options ShardedBase::prepare_load sets");
   wait_incoming(n);
   for (const auto& in : incoming_) {
     const auto* d = in.description.const_data_ptr<int64_t>();
@@ -200,129 +192,52 @@ void ShardedWeights::bind_model(model::CausalLM& model) {
     }
   }
   incoming_.clear();
-  model_ = &model;
-  slots_.resize(offload::slots_for(n, depth_));
-  for (auto& slot : slots_) slot.buffer = at::empty({slot_bytes_}, at::TensorOptions(at::kByte).device(model.device()));
+  bound_ = true;
 }
 
-ShardedWeights::Slot* ShardedWeights::holding(int64_t layer) {
-  for (auto& slot : slots_) {
-    if (slot.layer == layer) return &slot;
-  }
-  return nullptr;
+at::Tensor ShardedBase::device_buffer(int64_t bytes) {
+  return at::empty({bytes}, at::TensorOptions(at::kByte).device(device_));
 }
 
-ShardedWeights::Slot* ShardedWeights::free_slot(const std::vector<int64_t>& window) {
-  Slot* pick = nullptr;
-  for (auto& slot : slots_) {
-    if (slot.acquired || std::find(window.begin(), window.end(), slot.layer) != window.end()) continue;
-    const bool empty = slot.layer < 0, pick_empty = pick && pick->layer < 0;
-    if (!pick || (empty && !pick_empty) || (empty == pick_empty && slot.last_use < pick->last_use)) pick = &slot;
-  }
-  return pick;
+int64_t ShardedBase::max_fill_bytes() const {
+  int64_t m = 0;
+  for (const auto& [layer, s] : shards_) m = std::max(m, s.padded_bytes);
+  return m;
 }
 
-void ShardedWeights::start_gather(Slot& slot, int64_t layer) {
-  if (slot.gathering) comm_.wait(*slot.gathering);  // a gather the announced order no longer wants
-  const auto& shard = shards_.at(layer);
-  slot.buffer.unsafeGetTensorImpl()->bump_version();  // tensors saved from its last layer go stale
-  slot.gathering = comm_.start_allgather_into(slot.buffer.narrow(0, 0, shard.padded_bytes),
-                                              shard.bytes,
-                                              "gathering the base weights of layer " + std::to_string(layer));
-  slot.layer = layer;
-  slot.last_use = ++clock_;
-  ++gathers_;
-  gathered_bytes_ += shard.padded_bytes;
+offload::FencePtr ShardedBase::fill(int64_t layer, const at::Tensor& dst, const offload::FencePtr& after) {
+  TORCH_CHECK(bound_, "layer ", layer, " is gathered before bind_model");
+  TORCH_INTERNAL_ASSERT(!after, "a gather is ordered after the compute without a fence (compute_fence)");
+  return std::make_shared<GatherFence>(
+      comm_,
+      comm_.start_allgather_into(
+          dst, shards_.at(layer).bytes, "gathering the base weights of layer " + std::to_string(layer)));
 }
 
-std::vector<int64_t> ShardedWeights::window() const {
-  // The next depth_ distinct layers the compute will want, not counting those it holds.
-  std::vector<int64_t> w;
-  for (size_t p = cursor_; p < order_.size() && static_cast<int64_t>(w.size()) < depth_; ++p) {
-    const int64_t l = order_[p];
-    bool held = false;
-    for (const auto& slot : slots_) held = held || (slot.layer == l && slot.acquired);
-    if (held || std::find(w.begin(), w.end(), l) != w.end()) continue;
-    w.push_back(l);
-  }
-  return w;
+void ShardedBase::compute_wait(const offload::FencePtr& fence) {
+  fence->synchronize();
 }
 
-void ShardedWeights::gather_ahead() {
-  const auto w = window();
-  for (const int64_t l : w) {
-    if (holding(l)) continue;
-    Slot* slot = free_slot(w);
-    if (!slot) break;
-    start_gather(*slot, l);
-  }
+std::vector<at::Tensor> ShardedBase::resting_tensors(int64_t layer) const {
+  return placeholders(shards_.at(layer).layout);
 }
 
-void ShardedWeights::plan_acquisitions(const std::vector<int64_t>& order) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  order_ = order;
-  cursor_ = 0;
-  gather_ahead();
-}
-
-void ShardedWeights::acquire(int64_t layer) {
-  TORCH_CHECK(model_, "acquire(", layer, ") before bind_model");
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t p = cursor_; p < order_.size(); ++p) {
-    if (order_[p] == layer) {
-      cursor_ = p + 1;
-      break;
-    }
-  }
-  Slot* slot = holding(layer);
-  TORCH_CHECK(!slot || !slot->acquired, "layer ", layer, " is acquired twice");
-  if (!slot) {
-    // Not announced, or no slot was free ahead of time: gathered now, while the compute waits.
-    ++unprepared_;
-    slot = free_slot({});
-    TORCH_CHECK(slot,
-                "layer ",
-                layer,
-                " cannot be gathered: all ",
-                slots_.size(),
-                " slots hold acquired layers (a layer acquired without release?)");
-    start_gather(*slot, layer);
-  }
-  if (slot->gathering) {
-    comm_.wait(*slot->gathering);
-    slot->gathering.reset();
-  }
-  slot->acquired = true;
-  bind_layer(model_->layers().at(layer), shards_.at(layer).layout.views(slot->buffer));
-  gather_ahead();
-}
-
-void ShardedWeights::release(int64_t layer) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Slot* slot = holding(layer);
-  TORCH_CHECK(slot && slot->acquired, "layer ", layer, " is released but was not acquired");
-  slot->acquired = false;
-  slot->last_use = ++clock_;
-  bind_layer(model_->layers().at(layer), placeholders(shards_.at(layer).layout));
-  gather_ahead();
-}
-
-int64_t ShardedWeights::shard_bytes() const {
+int64_t ShardedBase::shard_bytes() const {
   int64_t total = 0;
   for (const auto& [layer, s] : shards_) total += s.bytes.numel();
   return total;
 }
 
-int64_t ShardedWeights::layers_read() const {
+int64_t ShardedBase::layers_read() const {
   int64_t read = 0;
   for (const auto& [layer, s] : shards_) read += reader_of(layer) == comm_.rank() ? 1 : 0;
   return read;
 }
 
-int64_t ShardedWeights::host_shard_bytes() const {
-  TORCH_CHECK(model_, "host_shard_bytes() before bind_model");
+int64_t ShardedBase::host_shard_bytes() const {
+  TORCH_CHECK(bound_, "host_shard_bytes() before bind_model");
   int64_t total = 0;
-  for (const auto& [layer, s] : shards_) total += s.bytes.device() != model_->device() ? s.bytes.numel() : 0;
+  for (const auto& [layer, s] : shards_) total += s.bytes.device() != device_ ? s.bytes.numel() : 0;
   return total;
 }
 

@@ -4,7 +4,7 @@
 // ranks), with every layer recomputed even with checkpointing off. Each rank reads only its own
 // layers from the checkpoint. Between acquisitions a layer's base tensors hold no bytes; a rank
 // without an evaluation batch keeps in step with skip_eval.
-#include "engine/dist/sharded_weights.h"
+#include "engine/dist/sharded_base.h"
 
 #include <cmath>
 #include <filesystem>
@@ -12,7 +12,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/io/hf_folder.h"
 #include "engine/io/remove_tree.h"
+#include "engine/schedule/streamed_weights.h"
 #include "offload/simulated_copy_engine.h"
 #include "tests/expect_error.h"
 #include "tests/offload_training.h"
@@ -33,11 +35,18 @@ struct Variant {
   friend void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 };
 
+// Every layer of the test llama sharded, gathered `depth` layers ahead.
+schedule::ResidencyPlan sharded_plan(int64_t depth = 1) {
+  const auto config = io::read_config_json(test::llama_fixture().base);
+  return schedule::ResidencyPlan(model::ModelConfig::from_json(config, "config.json").num_layers,
+                                 {{}, /*shard_base=*/true, depth, false});
+}
+
 // LoRA dropout off: the ranks are threads sharing the global generator.
-model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedWeights& sharded, const std::filesystem::path& folder = {}) {
+model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedBase& base, const std::filesystem::path& folder = {}) {
   auto lm = test::load_llama_with_lora(
-      kind, at::kFloat, at::kCPU, 0.0, [&](model::LoadOptions& o) { sharded.prepare_load(o); }, {}, folder);
-  sharded.bind_model(lm);
+      kind, at::kFloat, at::kCPU, 0.0, [&](model::LoadOptions& o) { base.prepare_load(o); }, {}, folder);
+  base.bind_model(lm);
   return lm;
 }
 
@@ -81,16 +90,18 @@ TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryR
   std::vector<test::StepsResult> got(v.world);
   std::vector<int64_t> shard_bytes(v.world), gathers(v.world), unprepared(v.world);
   test::run_ranks(v.world, std::chrono::seconds(60), [&](Comm& comm) {
-    auto sharded = std::make_shared<ShardedWeights>(comm, v.depth);
-    auto lm = load_sharded(v.kind, *sharded);
+    const auto plan = sharded_plan(v.depth);
+    auto base = std::make_shared<ShardedBase>(comm, plan);
+    auto lm = load_sharded(v.kind, *base);
+    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
     // Outside an acquisition the layers hold shapes, not bytes.
     for (const auto* lin : lm.layers()[0].weight_linears()) {
       for (const auto& t : lin->base_tensors()) EXPECT_TRUE(t.is_meta()) << lin->name;
     }
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
-    shard_bytes[comm.rank()] = sharded->shard_bytes();
-    gathers[comm.rank()] = sharded->gathers();
-    unprepared[comm.rank()] = sharded->unprepared_acquisitions();
+    shard_bytes[comm.rank()] = base->shard_bytes();
+    gathers[comm.rank()] = sharded->stats().ring.copies;
+    unprepared[comm.rank()] = sharded->stats().unprepared_acquisitions;
   });
   const int64_t layers = static_cast<int64_t>(resident.layers().size());
   for (int64_t r = 0; r < v.world; ++r) {
@@ -134,14 +145,16 @@ INSTANTIATE_TEST_SUITE_P(Bases,
 
 // A sharded base with offloaded activations: every rank's checkpointed inputs go through its own
 // copy engine and back, and the ranks still train bitwise as the resident model.
-TEST(ShardedWeights, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
+TEST(ShardedBase, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
   auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
   const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
   std::vector<test::StepsResult> got(2);
   std::vector<int64_t> copies_out(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded);
+    const auto plan = sharded_plan();
+    auto base = std::make_shared<ShardedBase>(comm, plan);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
+    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
     auto engine = std::make_shared<offload::SimulatedCopyEngine>(
         offload::SimulatedCopyOptions{std::chrono::milliseconds(1), false});
     auto activations = std::make_shared<schedule::OffloadedActivations>(engine, 1);
@@ -157,7 +170,7 @@ TEST(ShardedWeights, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
 // Each rank reads only the layers it is the reader of (layer i: rank i mod 2): its own folder
 // has NaN in every other layer's weights, which no reader would let through. The shards it gets
 // from the other readers (bytes and nested offsets) still train bitwise as the resident model.
-TEST(ShardedWeights, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
+TEST(ShardedBase, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
   const int64_t world = 2;
   auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
   const auto want = test::two_steps(resident, nullptr, CheckpointPolicy::none);
@@ -177,9 +190,11 @@ TEST(ShardedWeights, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
       [&] { test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0, {}, {}, folders[0]); }, "NaN");
   std::vector<test::StepsResult> got(world);
   test::run_ranks(world, std::chrono::seconds(60), [&](Comm& comm) {
-    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded, folders[comm.rank()]);
-    EXPECT_EQ(sharded->reader_of(2), 0);
+    const auto plan = sharded_plan();
+    auto base = std::make_shared<ShardedBase>(comm, plan);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *base, folders[comm.rank()]);
+    EXPECT_EQ(base->reader_of(2), 0);
+    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
   });
   for (int64_t r = 0; r < world; ++r) test::expect_same_steps(got[r], want, "rank " + std::to_string(r));
@@ -188,12 +203,12 @@ TEST(ShardedWeights, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
 
 // Ranks that build a layer differently (here: another quantization) are told so by name at
 // bind_model, instead of gathering bytes that mean something else.
-TEST(ShardedWeights, RanksThatDisagreeOnALayersLayoutAreRefusedByName) {
+TEST(ShardedBase, RanksThatDisagreeOnALayersLayoutAreRefusedByName) {
   std::vector<std::string> errors(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
+    ShardedBase base(comm, sharded_plan());
     try {
-      load_sharded(comm.rank() == 0 ? QuantSpec::Kind::nf4 : QuantSpec::Kind::fp4, *sharded);
+      load_sharded(comm.rank() == 0 ? QuantSpec::Kind::nf4 : QuantSpec::Kind::fp4, base);
     } catch (const std::exception& e) {
       errors[comm.rank()] = e.what();
     }
@@ -207,15 +222,17 @@ TEST(ShardedWeights, RanksThatDisagreeOnALayersLayoutAreRefusedByName) {
   }
 }
 
-TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
+TEST(ShardedBase, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
   auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
   const auto& ref = test::llama_fixture();
   schedule::LayerScheduler plain(resident);
   const auto want = plain.eval_loss(plain.prepare_eval(), ref.ids, ref.labels);
   std::vector<at::Tensor> losses(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    auto sharded = std::make_shared<ShardedWeights>(comm, 1);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *sharded);
+    const auto residency = sharded_plan();
+    auto base = std::make_shared<ShardedBase>(comm, residency);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
+    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, residency, base);
     schedule::LayerScheduler scheduler(lm, sharded);
     const auto plan = scheduler.prepare_eval();
     // Rank 0 evaluates two batches, rank 1 one: its second pass gathers without computing.
@@ -228,16 +245,18 @@ TEST(ShardedWeights, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
     }
     // Two slots, more layers: the second pass finds none of its layers still gathered.
     ASSERT_GT(lm.layers().size(), 2u);
-    EXPECT_EQ(sharded->gathers(), 2 * static_cast<int64_t>(lm.layers().size()));
+    EXPECT_EQ(sharded->stats().ring.copies, 2 * static_cast<int64_t>(lm.layers().size()));
   });
   for (const auto& l : losses) EXPECT_TRUE(test::bitwise_equal(l, want.loss_sum));
 }
 
-TEST(ShardedWeights, AForwardOutsideAnAcquisitionFailsInsteadOfReadingASlot) {
+TEST(ShardedBase, AForwardOutsideAnAcquisitionFailsInsteadOfReadingASlot) {
   DistEnv one;
   Comm comm(one, std::chrono::seconds(1));
-  ShardedWeights sharded(comm, 1);
-  auto lm = load_sharded(QuantSpec::Kind::nf4, sharded);
+  const auto plan = sharded_plan();
+  auto base = std::make_shared<ShardedBase>(comm, plan);
+  auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
+  schedule::StreamedWeights sharded(lm, plan, base);
   const auto& layer = lm.layers()[0];
   const auto x = at::randn({1, 3, lm.config().hidden_size});
   EXPECT_ANY_THROW(layer.q.forward(x, false));
@@ -245,6 +264,7 @@ TEST(ShardedWeights, AForwardOutsideAnAcquisitionFailsInsteadOfReadingASlot) {
   sharded.acquire(0);
   EXPECT_EQ(layer.q.forward(x, false).sizes(), x.sizes());  // q_proj: hidden -> heads * head_dim = hidden
   sharded.release(0);
+  EXPECT_ANY_THROW(layer.q.forward(x, false));
 }
 
 }  // namespace
