@@ -25,8 +25,9 @@ void OffloadedActivations::begin_step() {
   copies_out_ = copies_in_ = 0;
 }
 
-void OffloadedActivations::drop_finished_copies_out() {
-  for (Entry& e : entries_) {
+void OffloadedActivations::drop_finished_copies_out(int64_t keep_from) {
+  for (int64_t k = 0; k < std::min<int64_t>(keep_from, static_cast<int64_t>(entries_.size())); ++k) {
+    Entry& e = entries_[k];
     if (e.leaving.defined() && e.out_fence && e.out_fence->ready()) e.leaving = at::Tensor();
   }
 }
@@ -38,20 +39,26 @@ int64_t OffloadedActivations::stash(const at::Tensor& h, int64_t checkpointed_af
               ", got one on ",
               h.device());
   drop_finished_copies_out();
+  // At most prefetch_depth + 2 inputs on the device (see stash's comment): the oldest copies out
+  // are waited for until this one fits.
+  const auto on_device = [&] {
+    return std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.leaving.defined(); });
+  };
+  while (on_device() + 1 > prefetch_depth_ + 2) {
+    const auto oldest = std::find_if(
+        entries_.begin(), entries_.end(), [](const Entry& e) { return e.leaving.defined() && e.out_fence; });
+    TORCH_INTERNAL_ASSERT(oldest != entries_.end(), "more inputs stay on the device than prefetch_depth + 1");
+    oldest->out_fence->synchronize();
+    oldest->leaving = at::Tensor();
+  }
   Entry e;
   e.leaving = h.contiguous();
+  e.version = e.leaving._version();
   e.sizes = h.sizes().vec();
   e.dtype = h.scalar_type();
   if (checkpointed_after <= prefetch_depth_) {
     entries_.push_back(std::move(e));  // stays: no copy, no fence
     return static_cast<int64_t>(entries_.size()) - 1;
-  }
-  // At most one input on its way out (see stash's comment).
-  for (Entry& before : entries_) {
-    if (before.leaving.defined() && before.out_fence) {
-      before.out_fence->synchronize();
-      before.leaving = at::Tensor();
-    }
   }
   const int64_t bytes = static_cast<int64_t>(e.leaving.nbytes());
   const auto spare =
@@ -81,14 +88,26 @@ at::Tensor OffloadedActivations::restore(int64_t key) {
               "activation offloading: input ",
               key,
               " was not stashed in this step or was restored already");
-  drop_finished_copies_out();
-  for (int64_t k = key - 1; k >= 0 && k >= key - prefetch_depth_; --k) fetch(entries_[k]);
+  // The inputs backward restores next come back now, as many as keep the device at
+  // prefetch_depth + 2 inputs with this one (what the memory plan counts). One of them still on
+  // the device (its copy out finished late, at the end of the forward) stays there rather than
+  // making the round trip: the same bytes, one copy fewer.
+  const int64_t ahead = prefetch_depth_ + 1;
+  drop_finished_copies_out(key - ahead);
+  for (int64_t k = key - 1; k >= 0 && k >= key - ahead; --k) fetch(entries_[k]);
   Entry& e = entries_[key];
   e.restored = true;
   at::Tensor out;
   if (e.leaving.defined()) {
-    // It stayed (one of the last inputs), or its copy out is still running: the device tensor is
-    // still here and holds the same bytes.
+    // It stayed (one of the last inputs), or is still here since its copy out finished late: the
+    // device tensor holds the same bytes, unless something wrote into it, which would also have
+    // raced with the copy out.
+    TORCH_CHECK(e.leaving._version() == e.version,
+                "activation offloading: the input of checkpointed layer ",
+                key,
+                " of this step was written in place after its forward stashed it, so neither its device "
+                "tensor nor its host copy is sure to hold what the forward read; this is a bug in the layer's "
+                "code: a checkpointed layer must not modify its input");
     out = std::move(e.leaving);
   } else {
     fetch(e);

@@ -253,7 +253,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                  "activation offloading: checkpointed layers' inputs wait in %s host memory, fetched %lld layer(s) "
                  "ahead of their recompute\n",
                  options.device.is_cuda() ? "pinned" : "(simulated)",
-                 static_cast<long long>(device_plan.residency.prefetch_depth()));
+                 static_cast<long long>(device_plan.residency.prefetch_depth() + 1));
   }
   const auto policy = c.gradient_checkpointing == config::GradientCheckpointing::off ? schedule::CheckpointPolicy::none
                       : c.gradient_checkpointing == config::GradientCheckpointing::every_kth

@@ -167,6 +167,23 @@ TEST(ShardedBase, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
   }
 }
 
+// A sharded base with tiled MLPs: the ranks train bitwise as the resident model tiled alike.
+TEST(ShardedBase, TiledMlpsTrainBitwiseAsTheResidentModel) {
+  auto resident = test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0);
+  const auto want =
+      test::two_steps(resident, nullptr, CheckpointPolicy::none, nullptr, std::make_shared<schedule::TiledMlp>(3));
+  std::vector<test::StepsResult> got(2);
+  test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
+    const auto plan = sharded_plan();
+    auto base = std::make_shared<ShardedBase>(comm, plan);
+    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
+    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
+    got[comm.rank()] =
+        test::two_steps(lm, sharded, CheckpointPolicy::none, nullptr, std::make_shared<schedule::TiledMlp>(3));
+  });
+  for (int64_t r = 0; r < 2; ++r) test::expect_same_steps(got[r], want, "rank " + std::to_string(r));
+}
+
 // Each rank reads only the layers it is the reader of (layer i: rank i mod 2): its own folder
 // has NaN in every other layer's weights, which no reader would let through. The shards it gets
 // from the other readers (bytes and nested offsets) still train bitwise as the resident model.

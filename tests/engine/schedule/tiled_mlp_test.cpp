@@ -1,14 +1,15 @@
 // Tiled MLP on the test llama (3 layers, 48 tokens, float32 and NF4 bases, LoRA on every linear):
 // the losses equal the untiled run's bitwise (each token's MLP output is computed row for row as
 // untiled) and the LoRA gradients to float32 rounding (the chunks' sums replace one sum over all
-// tokens), with checkpointing on and off, with offloaded activations, and with any number of
-// chunks; without checkpointing the forward keeps less for backward; the chunk count follows the
+// tokens), with checkpointing on and off, with offloaded activations and streamed layers, and
+// with any number of chunks; without checkpointing the forward keeps less for backward; the chunk count follows the
 // configured shards or the default chunk size.
 #include "engine/schedule/tiled_mlp.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "engine/schedule/offloaded_weights.h"
 #include "offload/simulated_copy_engine.h"
 #include "tests/offload_training.h"
 
@@ -73,6 +74,12 @@ TEST(TiledMlp, WorksWithCheckpointingOffloadedActivationsAndDropout) {
                                    std::make_shared<OffloadedActivations>(engine, 1),
                                    std::make_shared<TiledMlp>(3));
   test::expect_same_steps(got, want, "tiled, activations offloaded");
+  auto c = test::load_llama_with_lora(QuantSpec::Kind::nf4);
+  auto streamed = offload_to_host(c, test::offload_plan(c, {0, 2}), std::make_shared<offload::SimulatedCopyEngine>());
+  test::expect_same_steps(
+      test::two_steps(c, streamed, CheckpointPolicy::every_layer, nullptr, std::make_shared<TiledMlp>(3)),
+      want,
+      "tiled, layers 0 and 2 streamed from host memory");
 }
 
 // With dropout the gradient must be the one of the forward that drew the masks: the backward's
