@@ -28,6 +28,8 @@ const std::vector<std::string> kKeys = {
     "lora_target_linear",
     "lora_target_parameters",
     "peft_use_rslora",
+    "lora_rank_pattern",
+    "lora_alpha_pattern",
     "lora_model_dir",
     "datasets",
     "sequence_len",

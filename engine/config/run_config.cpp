@@ -16,6 +16,7 @@
 #include <iterator>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 #include <utility>
 
@@ -27,6 +28,7 @@
 #include "engine/config/run_limits.h"
 #include "engine/config/yaml_place.h"
 #include "engine/config/yaml_scalar.h"
+#include "engine/lora/lora_config.h"
 #include "engine/text/regular_file.h"
 
 namespace qtrain::engine::config {
@@ -209,6 +211,30 @@ RunConfig read_config(Reader& r) {
   c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
   c.lora_target_parameters = r.module_names("lora_target_parameters");
   c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
+  for (const char* key : {"lora_rank_pattern", "lora_alpha_pattern"}) {
+    r.guard({key}, [&] {
+      const Entry* e = r.find(key);
+      if (!e || e->value.IsNull()) return;
+      const bool ranks = std::string_view(key) == "lora_rank_pattern";
+      const std::string example = std::string(key) + (ranks ? ": {\".*\\\\.o_proj\": 32}" : ": {\"o_proj\": 64}");
+      if (!e->value.IsMap())
+        e->fail_value("expected a map of module-name patterns, got " + shown(e->value) + "; write e.g. " + example);
+      const std::string prefix = e->key + ".";
+      for (const Entry& inner : map_entries(e->value, e->origin, prefix)) {
+        const std::string pattern = inner.key.substr(prefix.size());
+        if (const std::string problem = lora::LoraConfig::regex_problem(pattern); !problem.empty()) {
+          fail(inner.key_place(), inner.key, problem);
+        }
+        if (ranks) {
+          c.lora_rank_pattern.emplace_back(
+              pattern, r.integer_of(inner, between(1, kMaxLoraRank), "use a rank of 1 or more, typically 8 to 64"));
+        } else {
+          c.lora_alpha_pattern.emplace_back(
+              pattern, r.number_of(inner, above(0), "use a positive number, commonly the module's rank or twice it"));
+        }
+      }
+    });
+  }
   c.lora_model_dir = r.path("lora_model_dir", c.lora_model_dir);
 
   c.datasets = r.datasets("datasets");

@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/config/config_keys.h"
@@ -152,6 +153,11 @@ struct RunConfig {
   std::vector<std::string> lora_target_parameters;
   // Scale by alpha / sqrt(r) instead of alpha / r.
   bool peft_use_rslora = false;
+  // PEFT's rank_pattern / alpha_pattern: regular expressions of module names (or of
+  // "<module>.<parameter>" for lora_target_parameters) to their own rank / alpha, in the order
+  // written; the first that matches the end of a name wins (lora::LoraConfig).
+  std::vector<std::pair<std::string, int64_t>> lora_rank_pattern;
+  std::vector<std::pair<std::string, double>> lora_alpha_pattern;
   // A PEFT adapter folder to start from; empty: fresh adapters.
   std::filesystem::path lora_model_dir;
 

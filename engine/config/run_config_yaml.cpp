@@ -77,6 +77,13 @@ std::string to_yaml(const RunConfig& c) {
   }
   line("lora_target_parameters", "[" + join(params, ", ") + "]");
   line("peft_use_rslora", boolean_text(c.peft_use_rslora));
+  std::vector<std::string> ranks, alphas;
+  for (const auto& [pattern, rank] : c.lora_rank_pattern)
+    ranks.push_back(quoted(pattern) + ": " + std::to_string(rank));
+  for (const auto& [pattern, alpha] : c.lora_alpha_pattern)
+    alphas.push_back(quoted(pattern) + ": " + format_double(alpha));
+  line("lora_rank_pattern", "{" + join(ranks, ", ") + "}");
+  line("lora_alpha_pattern", "{" + join(alphas, ", ") + "}");
   line("lora_model_dir", quoted(c.lora_model_dir.string()));
   if (c.datasets.empty()) {
     line("datasets", "[]");

@@ -21,6 +21,7 @@
 
 #include "engine/io/remove_tree.h"
 #include "engine/io/safetensors.h"
+#include "engine/lora/expert_lora.h"
 #include "engine/text/json_depth.h"
 #include "engine/text/regular_file.h"
 
@@ -55,17 +56,10 @@ struct TempDir {
 // The whole PEFT 0.21 LoRA field set, with the values peft writes for a plain LoRA adapter, so
 // that loaders that compare against it (or older peft releases, which ignore unknown keys with a
 // warning) see a config PEFT itself could have saved.
-// Whether `module` is a ParamWrapper of target_parameters (an MoE experts module, see Note
-// [Expert LoRA module names] in engine/model/lora_attach.h): with the ".base_layer" nesting
-// removed, "<module>.<parameter>" is targeted for one of the targeted parameter names.
-bool is_parameter_module(const std::string& module, const lora::LoraConfig& config) {
-  std::string m = module;
-  while (m.ends_with(".base_layer")) m.resize(m.size() - std::string_view(".base_layer").size());
-  for (const auto& t : config.target_parameters) {
-    const auto dot = t.rfind('.');
-    if (config.targets_parameter(m + "." + (dot == std::string::npos ? t : t.substr(dot + 1)))) return true;
-  }
-  return false;
+// PEFT's lora_alpha is an int unless the user gave a float; keep whole numbers integers.
+json alpha_json(double alpha) {
+  if (alpha == std::floor(alpha) && std::abs(alpha) < 9.0e15) return static_cast<int64_t>(alpha);
+  return alpha;
 }
 
 json adapter_config_json(const lora::LoraConfig& config,
@@ -74,6 +68,7 @@ json adapter_config_json(const lora::LoraConfig& config,
   json j;  // std::map-backed: keys come out sorted, as PEFT's json.dumps(sort_keys=True)
   j["alora_invocation_tokens"] = nullptr;
   j["alpha_pattern"] = json::object();
+  for (const auto& [key, alpha] : config.alpha_pattern) j["alpha_pattern"][key] = alpha_json(alpha);
   j["arrow_config"] = nullptr;
   j["auto_mapping"] = nullptr;
   j["base_model_name_or_path"] = base_model.empty() ? json(nullptr) : json(base_model);
@@ -90,12 +85,7 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["layers_pattern"] = nullptr;
   j["layers_to_transform"] = nullptr;
   j["loftq_config"] = json::object();
-  // PEFT's lora_alpha is an int unless the user gave a float; keep whole numbers integers.
-  if (config.alpha == std::floor(config.alpha) && std::abs(config.alpha) < 9.0e15) {
-    j["lora_alpha"] = static_cast<int64_t>(config.alpha);
-  } else {
-    j["lora_alpha"] = config.alpha;
-  }
+  j["lora_alpha"] = alpha_json(config.alpha);
   j["lora_bias"] = false;
   j["lora_dropout"] = config.dropout;
   j["lora_ga_config"] = nullptr;
@@ -108,6 +98,7 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["qalora_group_size"] = 16;
   j["r"] = config.r;
   j["rank_pattern"] = json::object();
+  for (const auto& [key, rank] : config.rank_pattern) j["rank_pattern"][key] = rank;
   j["revision"] = nullptr;
   // A regular expression is written as given, as PEFT does: the modules it matched can share a
   // last component with modules it did not, so their names would widen it.
@@ -141,7 +132,12 @@ void check_module_for_save(const std::string& where,
       module,
       "' is not a module path; adapters are keyed by Hugging Face module paths such as "
       "model.layers.0.self_attn.q_proj");
-  const bool stacked = is_parameter_module(module, config);
+  const std::string parameter = lora::expert_parameter_path(module, config);
+  const bool stacked = !parameter.empty();
+  // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
+  const std::string path = stacked ? parameter : module;
+  const int64_t r = config.rank_for(path);
+  const double scaling = config.for_module(path).scaling();
   TORCH_CHECK(stacked || config.targets(module),
               where,
               ": module '",
@@ -151,8 +147,8 @@ void check_module_for_save(const std::string& where,
               "' to the target modules or drop the adapter");
   TORCH_CHECK(adapter.a.defined() && adapter.b.defined(), where, ": module '", module, "' has an undefined A or B");
   // Experts' adapters stack r rows (A) and columns (B) per expert (Note [Expert LoRA layout]).
-  const bool rank_fits = stacked ? adapter.a.size(0) % config.r == 0 && adapter.b.size(1) == adapter.a.size(0)
-                                 : adapter.a.size(0) == config.r && adapter.b.size(1) == config.r;
+  const bool rank_fits = stacked ? adapter.a.size(0) % r == 0 && adapter.b.size(1) == adapter.a.size(0)
+                                 : adapter.a.size(0) == r && adapter.b.size(1) == r;
   TORCH_CHECK(
       adapter.a.dim() == 2 && adapter.b.dim() == 2 && rank_fits && adapter.a.size(1) > 0 && adapter.b.size(0) > 0,
       where,
@@ -163,8 +159,9 @@ void check_module_for_save(const std::string& where,
       " and B ",
       adapter.b.sizes(),
       ", but with r = ",
-      config.r,
-      " they must be [r, in_features] and [out_features, r]");
+      r,
+      stacked ? " they must be [r * experts, in_features] and [out_features, r * experts]"
+              : " they must be [r, in_features] and [out_features, r]");
   TORCH_CHECK(adapter.a.is_floating_point() && adapter.b.is_floating_point(),
               where,
               ": module '",
@@ -176,19 +173,20 @@ void check_module_for_save(const std::string& where,
               ")");
   // PEFT recomputes the scaling from r and lora_alpha; an adapter trained with another one would
   // silently change meaning on load.
-  TORCH_CHECK(adapter.scaling == config.scaling(),
+  TORCH_CHECK(adapter.scaling == scaling,
               where,
               ": module '",
               module,
               "' has scaling ",
               adapter.scaling,
               " but the config's r = ",
-              config.r,
+              r,
               ", lora_alpha = ",
-              config.alpha,
+              config.alpha_for(path),
               (config.use_rslora ? ", use_rslora" : ""),
+              (r != config.r || config.alpha_for(path) != config.alpha ? " (its rank_pattern / alpha_pattern)" : ""),
               " give ",
-              config.scaling(),
+              scaling,
               "; save with the config the adapter was trained with");
 }
 
@@ -202,8 +200,6 @@ struct Unsupported {
 };
 constexpr Unsupported kUnsupported[] = {
     {"use_dora", "DoRA (weight-decomposed LoRA)"},
-    {"rank_pattern", "per-module ranks"},
-    {"alpha_pattern", "per-module alphas"},
     {"lora_bias", "a trained bias on lora_B"},
     {"modules_to_save", "fully trained extra modules"},
     {"trainable_token_indices", "trainable token embeddings"},
@@ -309,6 +305,42 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
+  // A JSON object's keys come sorted (std::map), the order peft reads them in from its own sorted
+  // file, so the first key that matches is peft's.
+  if (const json* pattern = find("rank_pattern"); pattern != nullptr && !pattern->is_null()) {
+    TORCH_CHECK(pattern->is_object(),
+                where,
+                ": \"rank_pattern\" is ",
+                pattern->dump(),
+                "; it must map regular expressions of module names to ranks");
+    for (const auto& [key, rank] : pattern->items()) {
+      TORCH_CHECK(rank.is_number_integer(),
+                  where,
+                  ": \"rank_pattern\" gives '",
+                  key,
+                  "' the rank ",
+                  rank.dump(),
+                  "; ranks are integers");
+      config.rank_pattern.emplace_back(key, rank.get<int64_t>());
+    }
+  }
+  if (const json* pattern = find("alpha_pattern"); pattern != nullptr && !pattern->is_null()) {
+    TORCH_CHECK(pattern->is_object(),
+                where,
+                ": \"alpha_pattern\" is ",
+                pattern->dump(),
+                "; it must map regular expressions of module names to alphas");
+    for (const auto& [key, alpha] : pattern->items()) {
+      TORCH_CHECK(alpha.is_number(),
+                  where,
+                  ": \"alpha_pattern\" gives '",
+                  key,
+                  "' the alpha ",
+                  alpha.dump(),
+                  "; alphas are numbers");
+      config.alpha_pattern.emplace_back(key, alpha.get<double>());
+    }
+  }
   if (const json* params = find("target_parameters"); params != nullptr && !params->is_null()) {
     TORCH_CHECK(params->is_array(),
                 where,
@@ -400,7 +432,7 @@ void save_peft_adapter(const fs::path& dir,
     check_module_for_save(where, module, adapter, config);
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
-    if (!is_parameter_module(module, config)) suffixes.insert(last_component(module));
+    if (lora::expert_parameter_path(module, config).empty()) suffixes.insert(last_component(module));
   }
   const std::string config_text =
       adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
@@ -544,9 +576,12 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 "; every adapted module needs both, the file is incomplete (re-save the adapter)");
     const TensorInfo& a = file.info(*pair.a);
     const TensorInfo& b = file.info(*pair.b);
-    if (is_parameter_module(module, config)) {
+    const std::string parameter = lora::expert_parameter_path(module, config);
+    // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
+    const lora::LoraConfig own = config.for_module(parameter.empty() ? module : parameter);
+    if (!parameter.empty()) {
       // Stacked experts (Note [Expert LoRA layout]): the model checks the number of experts.
-      TORCH_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.shape[0] > 0 && a.shape[0] % config.r == 0 &&
+      TORCH_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.shape[0] > 0 && a.shape[0] % own.r == 0 &&
                       b.shape[1] == a.shape[0],
                   weights_where,
                   ": '",
@@ -556,16 +591,16 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                   " and its lora_B ",
                   c10::IntArrayRef(b.shape),
                   "; LoRA on target_parameters at r = ",
-                  config.r,
+                  own.r,
                   " must be A [r * experts, in] and B [out, r * experts]");
       loaded.adapters.emplace(module,
                               lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
                                                 .b = trainable_fp32(file, *pair.b),
-                                                .scaling = config.scaling(),
+                                                .scaling = own.scaling(),
                                                 .dropout = 0.0});
       continue;
     }
-    TORCH_CHECK(a.shape.size() == 2 && a.shape[0] == config.r && a.shape[1] > 0,
+    TORCH_CHECK(a.shape.size() == 2 && a.shape[0] == own.r && a.shape[1] > 0,
                 weights_where,
                 ": '",
                 *pair.a,
@@ -574,9 +609,10 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 " but ",
                 config_where,
                 " says r = ",
-                config.r,
+                own.r,
+                own.r == config.r ? "" : " (its rank_pattern)",
                 "; lora_A.weight must be [r, in_features]");
-    TORCH_CHECK(b.shape.size() == 2 && b.shape[1] == config.r && b.shape[0] > 0,
+    TORCH_CHECK(b.shape.size() == 2 && b.shape[1] == own.r && b.shape[0] > 0,
                 weights_where,
                 ": '",
                 *pair.b,
@@ -585,7 +621,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 " but ",
                 config_where,
                 " says r = ",
-                config.r,
+                own.r,
+                own.r == config.r ? "" : " (its rank_pattern)",
                 "; lora_B.weight must be [out_features, r]");
     // PEFT would not create a LoRA layer for this module and would drop its weights.
     TORCH_CHECK(config.targets(module),
@@ -601,7 +638,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
     loaded.adapters.emplace(module,
                             lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
                                               .b = trainable_fp32(file, *pair.b),
-                                              .scaling = config.scaling(),
+                                              .scaling = own.scaling(),
                                               .dropout = config.dropout});
   }
   return loaded;

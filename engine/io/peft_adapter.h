@@ -3,9 +3,10 @@
 //
 // Adapters are qtrain's output, and users take them to PEFT, vLLM, axolotl or a merge script, so
 // the writer produces exactly what PEFT writes (every config field PEFT 0.21 writes, the same
-// tensor keys) and the reader accepts what PEFT writes for plain LoRA. Anything that would change
-// the adapter's meaning and that qtrain does not implement (DoRA, per-module rank or alpha,
-// fully-trained extra modules, LoRA biases, ...) is refused by name rather than dropped.
+// tensor keys) and the reader accepts what PEFT writes for plain LoRA, per-module ranks and alphas
+// (rank_pattern, alpha_pattern) included. Anything that would change the adapter's meaning and
+// that qtrain does not implement (DoRA, fully-trained extra modules, LoRA biases, ...) is refused
+// by name rather than dropped.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,7 +30,8 @@ inline constexpr const char* kPeftFormatVersion = "0.21.2";
 
 // Writes `dir`/adapter_config.json and `dir`/adapter_model.safetensors. `adapters` maps HF
 // module paths ("model.layers.0.self_attn.q_proj") to their adapters; each must be targeted by
-// `config`, have rank config.r and config's scaling. Tensors are saved in `save_dtype` (fp32,
+// `config` and have its module's rank and scaling (LoraConfig::for_module: rank_pattern and
+// alpha_pattern, matched for an expert adapter against its parameter's path). Tensors are saved in `save_dtype` (fp32,
 // bf16 or fp16) under "base_model.model.<module>.lora_A.weight" / ".lora_B.weight".
 // target_modules is written as the sorted distinct last components of the adapted modules
 // ("k_proj", "q_proj", ...): PEFT then attaches LoRA to every module with such a name, so

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <string_view>
 
 namespace qtrain::engine::lora {
 
@@ -36,6 +37,17 @@ ExpertLora expert_lora_init(int64_t num_experts,
   a.scaling = config.scaling();
   a.dropout = 0.0;
   return ExpertLora{std::move(a), num_experts};
+}
+
+std::string expert_parameter_path(const std::string& module, const LoraConfig& config) {
+  constexpr std::string_view kNested = ".base_layer";
+  const bool nested = module.ends_with(kNested);
+  const std::string m = nested ? module.substr(0, module.size() - kNested.size()) : module;
+  const bool gate_up = config.targets_parameter(m + ".gate_up_proj");
+  const bool down = config.targets_parameter(m + ".down_proj");
+  if (nested) return gate_up && down ? m + ".gate_up_proj" : "";
+  if (down) return m + ".down_proj";
+  return gate_up ? m + ".gate_up_proj" : "";
 }
 
 void check_expert_lora(const LoraAdapter& stacked,

@@ -22,6 +22,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/lora/lora_config.h"
@@ -39,6 +40,13 @@ struct ExpertLora {
   // where E separate slices would each add a zero-filled [r*E, in] (or [out, r*E]) tensor.
   std::vector<LoraAdapter> experts() const;
 };
+
+// The "<experts module>.<parameter>" path that the expert adapter saved under PEFT module path
+// `module` adapts (See Note [Expert LoRA module names] in engine/model/lora_attach.h): with both
+// of an experts module's parameters targeted, "<m>.base_layer" holds gate_up_proj's and "<m>"
+// down_proj's; with one, "<m>" holds it. Empty when `module` adapts no targeted parameter (a
+// linear module). The path is what rank_pattern and alpha_pattern are matched against.
+std::string expert_parameter_path(const std::string& module, const LoraConfig& config);
 
 // PEFT's initialisation (see Note [Expert LoRA layout]); A drawn from `gen` (a CPU generator).
 ExpertLora expert_lora_init(int64_t num_experts,

@@ -2,7 +2,7 @@
 //
 // One struct serves both sources of a LoRA setup: a run config (axolotl keys lora_r, lora_alpha,
 // lora_dropout, lora_target_modules, lora_target_linear, lora_target_parameters,
-// peft_use_rslora) and an
+// peft_use_rslora, lora_rank_pattern, lora_alpha_pattern) and an
 // adapter_config.json written by PEFT or by qtrain. Matching module names follows PEFT's
 // `check_target_module_exists`, for list-valued and for string (regular expression)
 // target_modules, so an adapter trained here attaches to the same modules when PEFT loads it.
@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qtrain::engine::lora {
@@ -38,9 +39,24 @@ struct LoraConfig {
   // "model.layers.0.mlp.experts.gate_up_proj". Used for the stacked experts of MoE layers (see
   // Note [Expert LoRA layout] in engine/lora/expert_lora.h); PEFT allows no dropout there.
   std::vector<std::string> target_parameters;
+  // PEFT's rank_pattern and alpha_pattern (axolotl's lora_rank_pattern, lora_alpha_pattern): a
+  // module's own rank and alpha. Each key is a regular expression matched against the end of a
+  // module path (for target_parameters: "<module path>.<parameter>") after a dot, as peft's
+  // get_pattern_key does (re.match(r"(.*\.)?(KEY)$", path)); the first key that matches, in the
+  // order given, wins, else r and alpha. peft reads them from adapter_config.json sorted by key
+  // (its writer sorts), so an adapter's come in that order.
+  std::vector<std::pair<std::string, int64_t>> rank_pattern;
+  std::vector<std::pair<std::string, double>> alpha_pattern;
 
   // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT computes both in double, as here).
   double scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r; }
+
+  // The rank and alpha of the module (or "<module>.<parameter>") at `path`, by the patterns.
+  int64_t rank_for(const std::string& path) const;
+  double alpha_for(const std::string& path) const;
+  // This config with the rank and alpha of `path` and no patterns: what an adapter at `path` is
+  // made with (its scaling() is the module's).
+  LoraConfig for_module(const std::string& path) const;
 
   // Whether the linear module at `module_path` (a Hugging Face module path such as
   // "model.layers.0.self_attn.q_proj") gets an adapter. Callers ask only about linear modules:
@@ -125,6 +141,22 @@ struct LoraConfig {
     if (!target_modules_regex.empty()) {
       const std::string problem = regex_problem(target_modules_regex);
       TORCH_CHECK(problem.empty(), where, ": target_modules ", problem);
+    }
+    for (const auto& [key, rank] : rank_pattern) {
+      TORCH_CHECK(rank > 0, where, ": rank_pattern gives '", key, "' the rank ", rank, "; it must be at least 1");
+      const std::string problem = regex_problem(key);
+      TORCH_CHECK(problem.empty(), where, ": the rank_pattern key ", problem);
+    }
+    for (const auto& [key, a] : alpha_pattern) {
+      TORCH_CHECK(a > 0 && std::isfinite(a),
+                  where,
+                  ": alpha_pattern gives '",
+                  key,
+                  "' the alpha ",
+                  a,
+                  "; it must be a positive number");
+      const std::string problem = regex_problem(key);
+      TORCH_CHECK(problem.empty(), where, ": the alpha_pattern key ", problem);
     }
   }
 };

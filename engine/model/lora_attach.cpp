@@ -12,6 +12,7 @@ namespace {
 // The experts' two adapters with their PEFT module paths; see Note [Expert LoRA module names].
 struct ExpertSlot {
   std::string module;
+  std::string parameter;  // "<experts>.gate_up_proj": what rank_pattern and alpha_pattern match
   std::optional<lora::ExpertLora>* lora;
   int64_t in, out;
 };
@@ -19,8 +20,11 @@ struct ExpertSlot {
 std::vector<ExpertSlot> expert_slots(MoeExperts& ex, bool gate_up_targeted, bool down_targeted) {
   std::vector<ExpertSlot> slots;
   const int64_t h = ex.hidden_size(), i = ex.intermediate_size();
-  if (gate_up_targeted) slots.push_back({ex.name + (down_targeted ? ".base_layer" : ""), &ex.gate_up_lora, h, 2 * i});
-  if (down_targeted) slots.push_back({ex.name, &ex.down_lora, i, h});
+  if (gate_up_targeted) {
+    slots.push_back(
+        {ex.name + (down_targeted ? ".base_layer" : ""), ex.name + ".gate_up_proj", &ex.gate_up_lora, h, 2 * i});
+  }
+  if (down_targeted) slots.push_back({ex.name, ex.name + ".down_proj", &ex.down_lora, i, h});
   return slots;
 }
 
@@ -33,7 +37,8 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
   for (auto& layer : model.layers()) {
     for (auto* linear : layer.linears()) {
       if (!config.targets(linear->name)) continue;
-      linear->lora = lora::lora_init(linear->in_features, linear->out_features, config, gen, model.device());
+      linear->lora = lora::lora_init(
+          linear->in_features, linear->out_features, config.for_module(linear->name), gen, model.device());
       ++adapted;
     }
     if (!layer.moe) continue;
@@ -41,7 +46,8 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
     for (const auto& slot : expert_slots(ex,
                                          config.targets_parameter(ex.name + ".gate_up_proj"),
                                          config.targets_parameter(ex.name + ".down_proj"))) {
-      *slot.lora = lora::expert_lora_init(ex.num_experts(), slot.in, slot.out, config, gen, model.device());
+      *slot.lora = lora::expert_lora_init(
+          ex.num_experts(), slot.in, slot.out, config.for_module(slot.parameter), gen, model.device());
       ++adapted;
     }
   }
@@ -73,7 +79,7 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
   for (const auto& [module, a] : adapter.adapters) {
     if (auto ex = experts_by_name.find(module); ex != experts_by_name.end()) {
       const auto& [slot, e_count] = ex->second;
-      lora::check_expert_lora(a, e_count, config.r, slot.in, slot.out, source + ": " + module);
+      lora::check_expert_lora(a, e_count, config.rank_for(slot.parameter), slot.in, slot.out, source + ": " + module);
       lora::LoraAdapter copy = a;
       copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
       copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -134,15 +136,23 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
   std::vector<int64_t> sizes;
   for (const Linear& l : layer_linears(c, layer)) {
     if (l.present && !l.expert && lora.targets(prefix + l.module)) {
-      sizes.push_back(lora.r * l.in);
-      sizes.push_back(lora.r * l.out);
+      const int64_t r = lora.rank_for(prefix + l.module);
+      sizes.push_back(r * l.in);
+      sizes.push_back(r * l.out);
     }
   }
   if (c.layer_is_sparse(layer)) {
-    const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, re = lora.r * c.moe->num_experts;
-    const auto experts = prefix + c.moe->experts_path;
-    if (lora.targets_parameter(experts + ".gate_up_proj")) sizes.insert(sizes.end(), {re * h, 2 * i * re});
-    if (lora.targets_parameter(experts + ".down_proj")) sizes.insert(sizes.end(), {re * i, h * re});
+    const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, e = c.moe->num_experts;
+    const auto gate_up = prefix + c.moe->experts_path + ".gate_up_proj";
+    const auto down = prefix + c.moe->experts_path + ".down_proj";
+    if (lora.targets_parameter(gate_up)) {
+      const int64_t re = lora.rank_for(gate_up) * e;
+      sizes.insert(sizes.end(), {re * h, 2 * i * re});
+    }
+    if (lora.targets_parameter(down)) {
+      const int64_t re = lora.rank_for(down) * e;
+      sizes.insert(sizes.end(), {re * i, h * re});
+    }
   }
   return sizes;
 }
@@ -194,17 +204,19 @@ int64_t grouped_workspace_bytes(const Linear& l, const MemoryShape& shape, int64
 }
 
 // Bytes of the float32 LoRA inputs that adapters on linears sharing one input [N, in] save, and
-// of their A outputs; `input_kept`: the input is a float32 tensor some other node keeps anyway;
-// `input_needs_grad`: false for the first layer's attention input (no dropout mask is kept).
-// See Note [What a layer keeps for backward].
-int64_t lora_saved(int64_t adapters,
+// of their A outputs; `ranks`: each such linear's LoRA rank, 0 where it has no adapter;
+// `input_kept`: the input is a float32 tensor some other node keeps anyway; `input_needs_grad`:
+// false for the first layer's attention input (no dropout mask is kept). See Note [What a layer
+// keeps for backward].
+int64_t lora_saved(std::initializer_list<int64_t> ranks,
                    int64_t in,
                    int64_t tokens,
                    const MemoryShape& shape,
                    bool input_kept = false,
                    bool input_needs_grad = true) {
+  const int64_t adapters = std::count_if(ranks.begin(), ranks.end(), [](int64_t r) { return r > 0; });
   if (adapters == 0) return 0;
-  const int64_t r = shape.lora.r;
+  const int64_t r = std::accumulate(ranks.begin(), ranks.end(), int64_t{0});
   int64_t inputs = 0;
   if (shape.lora.dropout > 0) {
     const int64_t mask = !input_needs_grad ? 0 : shape.device == c10::DeviceType::CUDA ? 1 : 4;
@@ -214,7 +226,7 @@ int64_t lora_saved(int64_t adapters,
   } else {
     inputs = adapters * tokens * in * 4;
   }
-  return inputs + adapters * tokens * r * 4;
+  return inputs + tokens * r * 4;
 }
 
 // What an RMSNorm keeps per row besides its float32 input: the rsqrt, and for Gemma 4's form
@@ -232,8 +244,11 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const int64_t qd = c.num_heads * attention.head_dim, kvd = kv_heads * attention.head_dim;
   const auto linears = layer_linears(c, layer);
   const std::string prefix = c.weight_prefix + "layers." + std::to_string(layer) + ".";
-  auto targeted = [&](const Linear& l) -> int64_t { return l.present && shape.lora.targets(prefix + l.module); };
-  std::array<int64_t, 7> adapted{};  // q, k, v, o, and the dense MLP's gate, up, down
+  // A linear's LoRA rank, 0 without an adapter.
+  auto targeted = [&](const Linear& l) -> int64_t {
+    return l.present && shape.lora.targets(prefix + l.module) ? shape.lora.rank_for(prefix + l.module) : 0;
+  };
+  std::array<int64_t, 7> adapted{};  // q, k, v, o, and the dense MLP's gate, up, down: their ranks
   for (size_t j = 0; j < 4; ++j) adapted[j] = targeted(linears[j]);
   const bool sparse = c.layer_is_sparse(layer), dense_mlp = c.layer_has_dense_mlp(layer);
   if (dense_mlp) {
@@ -243,8 +258,11 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
   const int64_t experts_i = sparse ? c.moe->top_k * c.moe->expert_intermediate_size : 0;
   const int64_t I = (dense_mlp ? c.intermediate_size : 0) + experts_i;
   const auto experts = sparse ? prefix + c.moe->experts_path : std::string();
-  const int64_t gate_up_adapted = sparse && shape.lora.targets_parameter(experts + ".gate_up_proj") ? 1 : 0;
-  const int64_t down_adapted = sparse && shape.lora.targets_parameter(experts + ".down_proj") ? 1 : 0;
+  // The experts' LoRA ranks (per expert), 0 without an adapter.
+  auto expert_rank = [&](const std::string& parameter) -> int64_t {
+    return sparse && shape.lora.targets_parameter(experts + parameter) ? shape.lora.rank_for(experts + parameter) : 0;
+  };
+  const int64_t gate_up_adapted = expert_rank(".gate_up_proj"), down_adapted = expert_rank(".down_proj");
 
   const auto& window = c.sliding_window.at(layer);
   const bool windowed = window && *window < T;
@@ -266,13 +284,13 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     const bool input_kept = attention.k_eq_v && c.qk_norm && s == 4;
     saved += (input_kept ? 0 : N * kvd * 4) + N * kv_heads * row;
   }
-  saved += lora_saved(adapted[0] + adapted[1] + adapted[2], H, N, shape, false, /*input_needs_grad=*/layer != 0);
+  saved += lora_saved({adapted[0], adapted[1], adapted[2]}, H, N, shape, false, /*input_needs_grad=*/layer != 0);
   // o's input is a view of a fused attention kernel's output, which the kernel keeps; the
   // soft-capped attention keeps no output.
-  saved += lora_saved(adapted[3], qd, N, shape, /*input_kept=*/!c.attn_logit_softcap);
+  saved += lora_saved({adapted[3]}, qd, N, shape, /*input_kept=*/!c.attn_logit_softcap);
   if (dense_mlp) {
-    saved += lora_saved(adapted[4] + adapted[5], H, N, shape);
-    saved += lora_saved(adapted[6], c.intermediate_size, N, shape);
+    saved += lora_saved({adapted[4], adapted[5]}, H, N, shape);
+    saved += lora_saved({adapted[6]}, c.intermediate_size, N, shape);
   }
   saved += 3 * N * I * s;  // SwiGLU / GeGLU, the dense MLP's and the experts'
   if (sparse) {
@@ -281,8 +299,8 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     // whatever the run's lora_dropout).
     auto experts_shape = shape;
     experts_shape.lora.dropout = 0;
-    saved += lora_saved(gate_up_adapted, H, routed, experts_shape);
-    saved += lora_saved(down_adapted, c.moe->expert_intermediate_size, routed, experts_shape);
+    saved += lora_saved({gate_up_adapted}, H, routed, experts_shape);
+    saved += lora_saved({down_adapted}, c.moe->expert_intermediate_size, routed, experts_shape);
     // Routing and combining (Note [What a layer keeps for backward]): the float32 probabilities
     // [N, E]; four int64 [N K] indices (top-k's, the rows' gather, the sort permutation and its
     // inverse); the top-k weights as selected per row; and the renormalisation's divide, which
@@ -318,7 +336,7 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     // rebuilds one chunk at a time (the largest, n tokens) beside the input's whole gradient.
     const int64_t n = (N + shards - 1) / shards, Id = c.intermediate_size;
     const auto dense_saved = [&](int64_t tokens) {
-      return lora_saved(adapted[4] + adapted[5], H, tokens, shape) + lora_saved(adapted[6], Id, tokens, shape) +
+      return lora_saved({adapted[4], adapted[5]}, H, tokens, shape) + lora_saved({adapted[6]}, Id, tokens, shape) +
              3 * tokens * Id * s;
     };
     saved += N * H * s - dense_saved(N);

@@ -89,6 +89,8 @@ lora::LoraConfig lora_config(const config::RunConfig& config) {
   c.target_all_linear = config.lora_target_linear;
   c.use_rslora = config.peft_use_rslora;
   c.target_parameters = config.lora_target_parameters;
+  c.rank_pattern = config.lora_rank_pattern;
+  c.alpha_pattern = config.lora_alpha_pattern;
   return c;
 }
 

@@ -176,11 +176,17 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
+  std::string patterns;
+  for (const auto& [key, rank] : lora.rank_pattern) patterns += ", r " + std::to_string(rank) + " for " + key;
+  for (const auto& [key, alpha] : lora.alpha_pattern) {
+    patterns += ", alpha " + c10::str(alpha) + " for " + key;
+  }
   std::fprintf(out,
-               "lora: r %lld, alpha %g%s, %zu tensors, %lld trainable parameters\n",
+               "lora: r %lld, alpha %g%s%s, %zu tensors, %lld trainable parameters\n",
                static_cast<long long>(lora.r),
                lora.alpha,
                lora.use_rslora ? " (rsLoRA)" : "",
+               patterns.c_str(),
                params.size(),
                static_cast<long long>(trainable));
 

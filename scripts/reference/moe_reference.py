@@ -37,6 +37,10 @@ Each holds:
     lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
     gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
                       experts' gate_up_proj alone (one ParamWrapper, saved as "...mlp.experts")
+    pattern.logits, pattern.loss, pattern.grad.*   (qwen3_moe only) with adapter_pattern/: adapter/'s
+                      targets with per-module ranks and alphas (rank_pattern, alpha_pattern; the
+                      experts' gate_up_proj doubled as peft's own conversion does, q_proj and one
+                      o_proj at other ranks, k_proj at another alpha)
 and for qwen3_moe and gemma4_moe, per-expert quantization (transformers leaves 3-D experts unquantized, so
 it is no oracle there): for each sparse layer L and expert e, bitsandbytes quantizing that
 expert's slice alone, gate_up [2I, H] (gate rows, then up) and down [H, I]:
@@ -194,6 +198,10 @@ def make_case(name, root):
     adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": experts})]
     if name == "qwen3_moe":
         adapters.append(("adapter_gate_up", "gate_up.", {"target_parameters": EXPERTS[:1]}))
+        adapters.append(("adapter_pattern", "pattern.", {
+            "target_parameters": experts,
+            "rank_pattern": {r".*\.gate_up_proj": 8, "q_proj": 2, "layers.2.self_attn.o_proj": 6},
+            "alpha_pattern": {r".*\.gate_up_proj": 16, "k_proj": 3}}))
     for adapter, prefix, targets in adapters:
         torch.manual_seed(5)
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)

@@ -65,6 +65,10 @@ lora_target_modules:
   - self_attn.v_proj
 lora_target_linear: true
 peft_use_rslora: true
+lora_rank_pattern:
+  ".*\\.o_proj": 64
+  q_proj: 8
+lora_alpha_pattern: {k_proj: 3.5}
 lora_model_dir: /adapters/start
 datasets:
   - path: data/train.jsonl
@@ -208,6 +212,9 @@ TEST(RunConfigTest, FullConfig) {
   EXPECT_EQ(c.lora_target_modules, (std::vector<std::string>{"q_proj", "self_attn.v_proj"}));
   EXPECT_TRUE(c.lora_target_linear);
   EXPECT_TRUE(c.peft_use_rslora);
+  // In the order written (the first pattern that matches wins).
+  EXPECT_EQ(c.lora_rank_pattern, (std::vector<std::pair<std::string, int64_t>>{{".*\\.o_proj", 64}, {"q_proj", 8}}));
+  EXPECT_EQ(c.lora_alpha_pattern, (std::vector<std::pair<std::string, double>>{{"k_proj", 3.5}}));
   EXPECT_EQ(c.lora_model_dir, "/adapters/start");
   ASSERT_EQ(c.datasets.size(), 3u);
   EXPECT_EQ(c.datasets[0], dataset_config("/cfg/run/data/train.jsonl", "completion", "body"));
@@ -631,6 +638,13 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {},
        "run.yaml:2:1: lora_target_modules: no LoRA target modules; list them"},
       {"base_model: m\n", {}, "run.yaml: lora_target_modules: no LoRA target modules"},
+      {kHead + "lora_rank_pattern: {q_proj: 0}\n", {}, "lora_rank_pattern.q_proj: 0 is outside [1, 65536]"},
+      {kHead + "lora_alpha_pattern: [q_proj]\n",
+       {},
+       "run.yaml:3:21: lora_alpha_pattern: expected a map of module-name patterns, got a list"},
+      {kHead + "lora_rank_pattern: {'(?<=a)q': 4}\n",
+       {},
+       "lora_rank_pattern.(?<=a)q: '(?<=a)q' is not a regular expression qtrain can read"},
       {kHead + "lora_target_parameters: [mlp.experts.down_proj]\nlora_dropout: 0.05\n",
        {},
        "run.yaml:4:1: lora_dropout: LoRA on parameters (lora_target_parameters, MoE experts) has no dropout"},

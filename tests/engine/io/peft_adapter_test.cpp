@@ -424,13 +424,17 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        edit_config([](json& j) {
          j["rank_pattern"] = {{"q_proj", 8}};
        }),
-       "\"rank_pattern\" is {\"q_proj\":8}, which needs per-module ranks: not supported",
+       "'" + q0 + ".lora_A.weight' has shape [4, 64] but ",
+       weights_name},
+      {"rank_pattern_not_a_map",
+       edit_config([](json& j) { j["rank_pattern"] = 8; }),
+       "\"rank_pattern\" is 8; it must map regular expressions of module names to ranks",
        config_name},
       {"alpha_pattern",
        edit_config([](json& j) {
-         j["alpha_pattern"] = {{"v_proj", 32}};
+         j["alpha_pattern"] = {{"v_proj", "x"}};
        }),
-       "\"alpha_pattern\" is {\"v_proj\":32}, which needs per-module alphas: not supported",
+       "\"alpha_pattern\" gives 'v_proj' the alpha \"x\"; alphas are numbers",
        config_name},
       {"modules_to_save",
        edit_config([](json& j) { j["modules_to_save"] = {"lm_head"}; }),

@@ -142,6 +142,40 @@ TEST(LoraConfigTest, ValidationNamesTheValueAndTheFix) {
   config_with(1, 0.5, 0.999).validate(where);
 }
 
+// peft's get_pattern_key: a key matches the end of a path after a dot (re.match(r"(.*\.)?(KEY)$")),
+// the first matching key in order wins, else r and alpha.
+TEST(LoraConfigTest, RankAndAlphaPatternsMatchAsPeftDoes) {
+  LoraConfig c = config_with(8, 16);
+  c.rank_pattern = {{"q_proj", 2}, {"layers\\.1\\..*", 6}, {".*\\.gate_up_proj", 32}};
+  c.alpha_pattern = {{"self_attn.k_proj", 3}};
+  EXPECT_EQ(c.rank_for("model.layers.0.self_attn.q_proj"), 2);
+  EXPECT_EQ(c.rank_for("model.layers.1.self_attn.q_proj"), 2) << "the first key that matches wins";
+  EXPECT_EQ(c.rank_for("model.layers.1.self_attn.k_proj"), 6);
+  EXPECT_EQ(c.rank_for("model.layers.0.self_attn.k_proj"), 8);
+  EXPECT_EQ(c.rank_for("model.layers.0.mlp.experts.gate_up_proj"), 32);
+  EXPECT_EQ(c.rank_for("model.layers.0.self_attn.xq_proj"), 8) << "a key matches after a dot only";
+  EXPECT_EQ(c.rank_for("q_proj"), 2) << "or the whole path";
+  EXPECT_EQ(c.rank_for("model.layers.0.self_attn.q_proj.lora"), 8) << "and to its end";
+  EXPECT_EQ(c.alpha_for("model.layers.3.self_attn.k_proj"), 3);
+  EXPECT_EQ(c.alpha_for("model.layers.3.self_attn.v_proj"), 16);
+  const LoraConfig k = c.for_module("model.layers.1.self_attn.k_proj");
+  EXPECT_EQ(k.r, 6);
+  EXPECT_EQ(k.alpha, 3);
+  EXPECT_EQ(k.scaling(), 0.5);
+  EXPECT_TRUE(k.rank_pattern.empty() && k.alpha_pattern.empty());
+  c.use_rslora = true;
+  EXPECT_EQ(c.for_module("model.layers.0.self_attn.q_proj").scaling(), 16 / std::sqrt(2.0));
+
+  LoraConfig bad = config_with(8, 16);
+  bad.rank_pattern = {{"q_proj", 0}};
+  expect_error([&] { bad.validate("a"); }, "a: rank_pattern gives 'q_proj' the rank 0; it must be at least 1");
+  bad.rank_pattern = {{"(?<=x)q", 4}};
+  expect_error([&] { bad.validate("a"); }, "a: the rank_pattern key '(?<=x)q' is not a regular expression");
+  bad.rank_pattern.clear();
+  bad.alpha_pattern = {{"q_proj", -1}};
+  expect_error([&] { bad.validate("a"); }, "a: alpha_pattern gives 'q_proj' the alpha -1");
+}
+
 TEST(LoraInitTest, MatchesPeftInitialisation) {
   const LoraConfig c = config_with(16, 32, 0.05);
   const int64_t in = 1024, out = 384;

@@ -284,19 +284,13 @@ TEST(Gemma4Moe, EveryLayerHasTheDenseMlpTheRouterAndTheExperts) {
   }
 }
 
-// An adapter qtrain writes with LoRA on both experts' parameters (nested wrappers) loads in PEFT
-// and means the same there, and qtrain reads it back.
-TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
-  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+// An adapter qtrain writes with `config` (q_proj on 3 layers, and both experts' parameters, as
+// nested wrappers, on the 2 sparse layers) loads in PEFT and means the same there, and qtrain
+// reads it back.
+void expect_written_adapter_means_the_same_in_peft(const lora::LoraConfig& config) {
   const auto dir = test::moe_fixture("qwen3_moe");
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
   auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
-  lora::LoraConfig config;
-  config.r = 3;
-  config.alpha = 5;
-  config.target_modules = {"q_proj"};
-  config.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
-  // q_proj on 3 layers, and both parameters on the 2 sparse layers.
   EXPECT_EQ(model::attach_new_lora(lm, config, 3), 3 + 2 * 2);
   {
     at::NoGradGuard no_grad;
@@ -317,6 +311,48 @@ TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) 
   EXPECT_TRUE(
       at::equal(again.logits(again_scheduler.eval_hidden(again_scheduler.prepare_eval(), ref.tensor("ids"))), logits));
   qtrain::engine::io::remove_tree(tmp);
+}
+
+lora::LoraConfig q_and_experts() {
+  lora::LoraConfig config;
+  config.r = 3;
+  config.alpha = 5;
+  config.target_modules = {"q_proj"};
+  config.target_parameters = {"mlp.experts.gate_up_proj", "mlp.experts.down_proj"};
+  return config;
+}
+
+TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  expect_written_adapter_means_the_same_in_peft(q_and_experts());
+}
+
+// The same with per-module ranks and alphas (rank_pattern, alpha_pattern): the experts'
+// gate_up_proj at twice the rank and alpha (as peft's own conversion of a fused target writes),
+// layer 2's q_proj at another rank and alpha.
+TEST(MoeAdapterInterop, PerModuleRanksAndAlphasWrittenByQtrainMeanTheSameInPeft) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  auto config = q_and_experts();
+  config.rank_pattern = {{".*\\.gate_up_proj", 6}, {"layers.2.self_attn.q_proj", 5}};
+  config.alpha_pattern = {{".*\\.gate_up_proj", 10}, {"layers.2.self_attn.q_proj", 2}};
+  expect_written_adapter_means_the_same_in_peft(config);
+}
+
+// peft's rank_pattern and alpha_pattern read from its adapter: per-module ranks and scalings
+// (q_proj at r 2, layer 2's o_proj at r 6, k_proj at alpha 3, the experts' gate_up_proj at r 8 and
+// alpha 16), and the logits, loss and every LoRA gradient as peft computes them.
+TEST(MoeExpertLora, PeftsPerModuleRanksAndAlphasLoadAndTrainAsInPeft) {
+  check_adapter("qwen3_moe", "adapter_pattern", "pattern.", 3 * 4 * 2 + 2 * 2 * 2);
+  const auto loaded = io::load_peft_adapter(test::moe_fixture("qwen3_moe") / "adapter_pattern");
+  const auto& ads = loaded.adapters;
+  EXPECT_EQ(ads.at("model.layers.0.self_attn.q_proj").rank(), 2);
+  EXPECT_EQ(ads.at("model.layers.2.self_attn.o_proj").rank(), 6);
+  EXPECT_EQ(ads.at("model.layers.1.self_attn.o_proj").rank(), 4);
+  EXPECT_EQ(ads.at("model.layers.0.self_attn.k_proj").scaling, 3.0 / 4);
+  EXPECT_EQ(ads.at("model.layers.0.self_attn.v_proj").scaling, 2.0);
+  EXPECT_EQ(ads.at("model.layers.0.mlp.experts.base_layer").a.size(0), 8 * 8) << "gate_up_proj: r 8 per expert";
+  EXPECT_EQ(ads.at("model.layers.0.mlp.experts.base_layer").scaling, 2.0);
+  EXPECT_EQ(ads.at("model.layers.0.mlp.experts").a.size(0), 4 * 8) << "down_proj: r 4 per expert";
 }
 
 }  // namespace

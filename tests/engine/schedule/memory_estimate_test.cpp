@@ -149,6 +149,7 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       lora.r = 5;
       lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
       lora.target_parameters = {"experts.gate_up_proj", "layers.2.mlp.experts.down_proj", "layers.1.experts.down_proj"};
+      lora.rank_pattern = {{"layers.0.self_attn.q_proj", 3}, {".*\\.gate_up_proj", 7}};
       model::attach_new_lora(lm, lora, 1);
       MemoryShape shape;
       shape.quant = v.quant;
@@ -446,8 +447,9 @@ model::ModelConfig activations_config(model::Architecture arch) {
   return config;
 }
 
-// The test model in `dtype`: NF4 with double quantization, LoRA r=8 on every linear layer, and
-// on the experts too where there is no dropout (PEFT allows none on parameters).
+// The test model in `dtype`: NF4 with double quantization, LoRA r=8 on every linear layer (q_proj
+// and down_proj at other ranks, by rank_pattern), and on the experts too where there is no dropout
+// (PEFT allows none on parameters; gate_up_proj at twice the rank).
 struct LoraModel {
   model::CausalLM lm;
   lora::LoraConfig lora;
@@ -465,6 +467,7 @@ LoraModel nf4_lora_model(const io::HfFolder& folder,
   m.lora.r = 8;
   m.lora.dropout = dropout;
   m.lora.target_all_linear = true;
+  m.lora.rank_pattern = {{"q_proj", 4}, {"mlp.down_proj", 12}, {".*\\.gate_up_proj", 16}};
   if (config.moe && dropout == 0) m.lora.target_parameters = {"experts.gate_up_proj", "experts.down_proj"};
   model::attach_new_lora(m.lm, m.lora, 2);
   return m;
