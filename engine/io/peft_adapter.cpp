@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -230,6 +231,43 @@ bool is_off(const json& v) {
          (v.is_array() && v.empty()) || (v.is_string() && v.get_ref<const std::string&>().empty());
 }
 
+// One of peft's per-module maps (rank_pattern: integers, alpha_pattern: numbers), from regular
+// expressions of module names to values. A JSON object's keys come sorted (std::map), the order
+// peft reads them in from its own sorted file, so the first key that matches is peft's.
+template <class Value>
+std::vector<std::pair<std::string, Value>> read_pattern(const json* pattern,
+                                                        const char* key,
+                                                        const char* value_name,
+                                                        const std::string& where) {
+  std::vector<std::pair<std::string, Value>> out;
+  if (pattern == nullptr || pattern->is_null()) return out;
+  TORCH_CHECK(pattern->is_object(),
+              where,
+              ": \"",
+              key,
+              "\" is ",
+              pattern->dump(),
+              "; it must map regular expressions of module names to a ",
+              value_name,
+              " each");
+  for (const auto& [name, value] : pattern->items()) {
+    const bool fits = std::is_integral_v<Value> ? value.is_number_integer() : value.is_number();
+    TORCH_CHECK(fits,
+                where,
+                ": \"",
+                key,
+                "\" gives '",
+                name,
+                "' the ",
+                value_name,
+                " ",
+                value.dump(),
+                std::is_integral_v<Value> ? "; it must be an integer" : "; it must be a number");
+    out.emplace_back(name, value.template get<Value>());
+  }
+  return out;
+}
+
 lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, std::string& base_model) {
   TORCH_CHECK(j.is_object(), where, ": expected a JSON object, got a ", j.type_name());
   const auto find = [&](const char* key) -> const json* {
@@ -305,42 +343,8 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
-  // A JSON object's keys come sorted (std::map), the order peft reads them in from its own sorted
-  // file, so the first key that matches is peft's.
-  if (const json* pattern = find("rank_pattern"); pattern != nullptr && !pattern->is_null()) {
-    TORCH_CHECK(pattern->is_object(),
-                where,
-                ": \"rank_pattern\" is ",
-                pattern->dump(),
-                "; it must map regular expressions of module names to ranks");
-    for (const auto& [key, rank] : pattern->items()) {
-      TORCH_CHECK(rank.is_number_integer(),
-                  where,
-                  ": \"rank_pattern\" gives '",
-                  key,
-                  "' the rank ",
-                  rank.dump(),
-                  "; ranks are integers");
-      config.rank_pattern.emplace_back(key, rank.get<int64_t>());
-    }
-  }
-  if (const json* pattern = find("alpha_pattern"); pattern != nullptr && !pattern->is_null()) {
-    TORCH_CHECK(pattern->is_object(),
-                where,
-                ": \"alpha_pattern\" is ",
-                pattern->dump(),
-                "; it must map regular expressions of module names to alphas");
-    for (const auto& [key, alpha] : pattern->items()) {
-      TORCH_CHECK(alpha.is_number(),
-                  where,
-                  ": \"alpha_pattern\" gives '",
-                  key,
-                  "' the alpha ",
-                  alpha.dump(),
-                  "; alphas are numbers");
-      config.alpha_pattern.emplace_back(key, alpha.get<double>());
-    }
-  }
+  config.rank_pattern = read_pattern<int64_t>(find("rank_pattern"), "rank_pattern", "rank", where);
+  config.alpha_pattern = read_pattern<double>(find("alpha_pattern"), "alpha_pattern", "alpha", where);
   if (const json* params = find("target_parameters"); params != nullptr && !params->is_null()) {
     TORCH_CHECK(params->is_array(),
                 where,

@@ -428,13 +428,13 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        weights_name},
       {"rank_pattern_not_a_map",
        edit_config([](json& j) { j["rank_pattern"] = 8; }),
-       "\"rank_pattern\" is 8; it must map regular expressions of module names to ranks",
+       "\"rank_pattern\" is 8; it must map regular expressions of module names to a rank each",
        config_name},
       {"alpha_pattern",
        edit_config([](json& j) {
          j["alpha_pattern"] = {{"v_proj", "x"}};
        }),
-       "\"alpha_pattern\" gives 'v_proj' the alpha \"x\"; alphas are numbers",
+       "\"alpha_pattern\" gives 'v_proj' the alpha \"x\"; it must be a number",
        config_name},
       {"modules_to_save",
        edit_config([](json& j) { j["modules_to_save"] = {"lm_head"}; }),
