@@ -19,12 +19,6 @@ const HostStore::Entry& HostStore::entry(int64_t layer) const {
   return it->second;
 }
 
-std::vector<int64_t> HostStore::layers() const {
-  std::vector<int64_t> out;
-  for (const auto& [layer, e] : layers_) out.push_back(layer);
-  return out;
-}
-
 int64_t HostStore::max_fill_bytes() const {
   int64_t m = 0;
   for (const auto& [layer, e] : layers_) m = std::max(m, e.layout.total_bytes());

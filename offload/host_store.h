@@ -26,7 +26,6 @@ class HostStore final : public SlotSource {
   bool contains(int64_t layer) const { return layers_.count(layer) > 0; }
   // uint8 [layout(layer).total_bytes()] on the host.
   const at::Tensor& blob(int64_t layer) const { return entry(layer).blob; }
-  std::vector<int64_t> layers() const;
   int64_t total_bytes() const;
 
   // SlotSource: copies on the engine; a layer rests in its host blob.

@@ -50,6 +50,23 @@ model::CausalLM load_sharded(QuantSpec::Kind kind, ShardedBase& base, const std:
   return lm;
 }
 
+// One rank's test llama over a sharded base (from `folder`, default the fixture's), its layers
+// streamed through gathers. Built in place: `weights` refers to `lm`.
+struct ShardedRun {
+  ShardedRun(Comm& comm, QuantSpec::Kind kind, int64_t depth = 1, const std::filesystem::path& folder = {})
+      : plan(sharded_plan(depth)),
+        base(std::make_shared<ShardedBase>(comm, plan)),
+        lm(load_sharded(kind, *base, folder)),
+        weights(std::make_shared<schedule::StreamedWeights>(lm, plan, base)) {}
+  ShardedRun(const ShardedRun&) = delete;
+  ShardedRun& operator=(const ShardedRun&) = delete;
+
+  schedule::ResidencyPlan plan;
+  std::shared_ptr<ShardedBase> base;
+  model::CausalLM lm;
+  std::shared_ptr<schedule::StreamedWeights> weights;
+};
+
 // The test llama with every base linear weight of the layers `poisoned` holding a NaN: a
 // reader refuses such a weight the moment it reads it (HfFolder::tensor), so a load that
 // succeeds never read them.
@@ -90,16 +107,15 @@ TEST_P(ShardedEquivalence, LossesAndEveryLoraGradientAreBitwiseIdenticalOnEveryR
   std::vector<test::StepsResult> got(v.world);
   std::vector<int64_t> shard_bytes(v.world), gathers(v.world), unprepared(v.world);
   test::run_ranks(v.world, std::chrono::seconds(60), [&](Comm& comm) {
-    const auto plan = sharded_plan(v.depth);
-    auto base = std::make_shared<ShardedBase>(comm, plan);
-    auto lm = load_sharded(v.kind, *base);
-    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
+    ShardedRun run(comm, v.kind, v.depth);
+    auto& lm = run.lm;
+    const auto& sharded = run.weights;
     // Outside an acquisition the layers hold shapes, not bytes.
     for (const auto* lin : lm.layers()[0].weight_linears()) {
       for (const auto& t : lin->base_tensors()) EXPECT_TRUE(t.is_meta()) << lin->name;
     }
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
-    shard_bytes[comm.rank()] = base->shard_bytes();
+    shard_bytes[comm.rank()] = run.base->shard_bytes();
     gathers[comm.rank()] = sharded->stats().ring.copies;
     unprepared[comm.rank()] = sharded->stats().unprepared_acquisitions;
   });
@@ -151,10 +167,9 @@ TEST(ShardedBase, OffloadedActivationsTrainBitwiseAsTheResidentModel) {
   std::vector<test::StepsResult> got(2);
   std::vector<int64_t> copies_out(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    const auto plan = sharded_plan();
-    auto base = std::make_shared<ShardedBase>(comm, plan);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
-    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
+    ShardedRun run(comm, QuantSpec::Kind::nf4);
+    auto& lm = run.lm;
+    const auto& sharded = run.weights;
     auto engine = std::make_shared<offload::SimulatedCopyEngine>(
         offload::SimulatedCopyOptions{std::chrono::milliseconds(1), false});
     auto activations = std::make_shared<schedule::OffloadedActivations>(engine, 1);
@@ -174,10 +189,9 @@ TEST(ShardedBase, TiledMlpsTrainBitwiseAsTheResidentModel) {
       test::two_steps(resident, nullptr, CheckpointPolicy::none, nullptr, std::make_shared<schedule::TiledMlp>(3));
   std::vector<test::StepsResult> got(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    const auto plan = sharded_plan();
-    auto base = std::make_shared<ShardedBase>(comm, plan);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
-    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
+    ShardedRun run(comm, QuantSpec::Kind::nf4);
+    auto& lm = run.lm;
+    const auto& sharded = run.weights;
     got[comm.rank()] =
         test::two_steps(lm, sharded, CheckpointPolicy::none, nullptr, std::make_shared<schedule::TiledMlp>(3));
   });
@@ -207,11 +221,10 @@ TEST(ShardedBase, EachRankReadsOnlyItsOwnLayersAndTheOthersSendItsShards) {
       [&] { test::load_llama_with_lora(QuantSpec::Kind::nf4, at::kFloat, at::kCPU, 0.0, {}, {}, folders[0]); }, "NaN");
   std::vector<test::StepsResult> got(world);
   test::run_ranks(world, std::chrono::seconds(60), [&](Comm& comm) {
-    const auto plan = sharded_plan();
-    auto base = std::make_shared<ShardedBase>(comm, plan);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *base, folders[comm.rank()]);
-    EXPECT_EQ(base->reader_of(2), 0);
-    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, plan, base);
+    ShardedRun run(comm, QuantSpec::Kind::nf4, 1, folders[comm.rank()]);
+    EXPECT_EQ(run.base->reader_of(2), 0);
+    auto& lm = run.lm;
+    const auto& sharded = run.weights;
     got[comm.rank()] = test::two_steps(lm, sharded, CheckpointPolicy::none);
   });
   for (int64_t r = 0; r < world; ++r) test::expect_same_steps(got[r], want, "rank " + std::to_string(r));
@@ -246,10 +259,9 @@ TEST(ShardedBase, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
   const auto want = plain.eval_loss(plain.prepare_eval(), ref.ids, ref.labels);
   std::vector<at::Tensor> losses(2);
   test::run_ranks(2, std::chrono::seconds(60), [&](Comm& comm) {
-    const auto residency = sharded_plan();
-    auto base = std::make_shared<ShardedBase>(comm, residency);
-    auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
-    auto sharded = std::make_shared<schedule::StreamedWeights>(lm, residency, base);
+    ShardedRun run(comm, QuantSpec::Kind::nf4);
+    auto& lm = run.lm;
+    const auto& sharded = run.weights;
     schedule::LayerScheduler scheduler(lm, sharded);
     const auto plan = scheduler.prepare_eval();
     // Rank 0 evaluates two batches, rank 1 one: its second pass gathers without computing.
@@ -270,10 +282,9 @@ TEST(ShardedBase, ARankWithoutAnEvaluationBatchKeepsInStepWithSkipEval) {
 TEST(ShardedBase, AForwardOutsideAnAcquisitionFailsInsteadOfReadingASlot) {
   DistEnv one;
   Comm comm(one, std::chrono::seconds(1));
-  const auto plan = sharded_plan();
-  auto base = std::make_shared<ShardedBase>(comm, plan);
-  auto lm = load_sharded(QuantSpec::Kind::nf4, *base);
-  schedule::StreamedWeights sharded(lm, plan, base);
+  ShardedRun run(comm, QuantSpec::Kind::nf4);
+  auto& lm = run.lm;
+  auto& sharded = *run.weights;
   const auto& layer = lm.layers()[0];
   const auto x = at::randn({1, 3, lm.config().hidden_size});
   EXPECT_ANY_THROW(layer.q.forward(x, false));
