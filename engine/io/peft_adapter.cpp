@@ -581,6 +581,17 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
     const TensorInfo& a = file.info(*pair.a);
     const TensorInfo& b = file.info(*pair.b);
     const std::string parameter = lora::expert_parameter_path(module, config);
+    // PEFT's all-linear puts an MoE router's weight into target_parameters (Qwen3-MoE, Mixtral).
+    TORCH_CHECK(!parameter.empty() || !config.targets_parameter(module + ".weight"),
+                weights_where,
+                ": module '",
+                module,
+                "' adapts the parameter '",
+                module,
+                ".weight' (target_parameters in ",
+                config_where,
+                "): LoRA on a router's weight is not supported yet; evaluate or merge this adapter with peft, "
+                "or train one without the router in target_parameters");
     // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
     const lora::LoraConfig own = config.for_module(parameter.empty() ? module : parameter);
     if (!parameter.empty()) {

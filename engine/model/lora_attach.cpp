@@ -88,6 +88,14 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
       continue;
     }
     auto it = by_name.find(module);
+    // PEFT's all-linear adapts Gemma 4's router projection, a linear layer in transformers.
+    TORCH_CHECK(it != by_name.end() || !module.ends_with(".router.proj"),
+                source,
+                ": the adapter has weights for '",
+                module,
+                "', the router of a Gemma 4 expert block: LoRA on the router is not supported yet; evaluate or "
+                "merge this adapter with peft, or train one without it (a list of target_modules rather than "
+                "all-linear)");
     TORCH_CHECK(it != by_name.end(),
                 source,
                 ": the adapter has weights for '",

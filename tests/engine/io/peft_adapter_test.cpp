@@ -436,6 +436,21 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        }),
        "\"alpha_pattern\" gives 'v_proj' the alpha \"x\"; it must be a number",
        config_name},
+      {"router_parameter",
+       [&](const fs::path& d) {
+         // What peft's all-linear writes for a Qwen3-MoE router (mlp.gate.weight); dropout 0 as
+         // parameters need.
+         edit_config([](json& j) {
+           j["target_parameters"] = {"gate.weight"};
+           j["lora_dropout"] = 0.0;
+         })(d);
+         const std::string gate = "base_model.model.model.layers.0.mlp.gate";
+         rewrite_tensors(
+             d, {}, {{gate + ".lora_A.weight", at::zeros({4, 64})}, {gate + ".lora_B.weight", at::zeros({8, 4})}});
+       },
+       "module 'model.layers.0.mlp.gate' adapts the parameter 'model.layers.0.mlp.gate.weight' (target_parameters "
+       "in ",
+       weights_name},
       {"modules_to_save",
        edit_config([](json& j) { j["modules_to_save"] = {"lm_head"}; }),
        "\"modules_to_save\" is [\"lm_head\"], which needs fully trained extra modules: not supported",

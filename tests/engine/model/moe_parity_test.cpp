@@ -8,15 +8,18 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include "engine/io/peft_adapter.h"
 #include "engine/io/remove_tree.h"
+#include "engine/io/safetensors.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
+#include "tests/expect_error.h"
 #include "tests/reference.h"
 
 namespace qtrain::engine {
@@ -282,6 +285,30 @@ TEST(Gemma4Moe, EveryLayerHasTheDenseMlpTheRouterAndTheExperts) {
     EXPECT_EQ(layer.linears().back()->name, "model.layers." + std::to_string(layer.index) + ".mlp.down_proj");
     EXPECT_EQ(layer.weight_linears().size(), size_t(attention + 3 + 2 * m.num_experts));
   }
+}
+
+// peft's all-linear adapts Gemma 4's router projection (router.proj, a linear layer in
+// transformers); qtrain does not train LoRA on a router yet and says so by name.
+TEST(MoeExpertLora, AGemma4RouterAdapterIsRefusedByName) {
+  const auto dir = test::moe_fixture("gemma4_moe");
+  const auto tmp = std::filesystem::temp_directory_path() / ("qtrain_router_adapter_" + std::to_string(::getpid()));
+  io::remove_tree(tmp);
+  std::filesystem::create_directories(tmp);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (auto& [name, t] : io::safetensors_load(dir / "adapter_attn" / io::kPeftWeightsFile))
+    tensors.emplace_back(name, t);
+  const std::string router = std::string(io::kPeftKeyPrefix) + "model.layers.0.router.proj";
+  tensors.emplace_back(router + ".lora_A.weight", at::zeros({4, 48}));
+  tensors.emplace_back(router + ".lora_B.weight", at::zeros({6, 4}));
+  io::safetensors_save(tmp / io::kPeftWeightsFile, tensors);
+  auto config = nlohmann::json::parse(std::ifstream(dir / "adapter_attn" / io::kPeftConfigFile));
+  config["target_modules"].push_back("proj");
+  std::ofstream(tmp / io::kPeftConfigFile) << config.dump();
+  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
+  test::expect_error([&] { model::attach_lora(lm, io::load_peft_adapter(tmp), tmp.string()); },
+                     "the adapter has weights for 'model.layers.0.router.proj', the router of a Gemma 4 expert block: "
+                     "LoRA on the router is not supported yet");
+  io::remove_tree(tmp);
 }
 
 // An adapter qtrain writes with `config` (q_proj on 3 layers, and both experts' parameters, as
