@@ -54,15 +54,15 @@ struct TempDir {
   }
 };
 
-// The whole PEFT 0.21 LoRA field set, with the values peft writes for a plain LoRA adapter, so
-// that loaders that compare against it (or older peft releases, which ignore unknown keys with a
-// warning) see a config PEFT itself could have saved.
 // PEFT's lora_alpha is an int unless the user gave a float; keep whole numbers integers.
 json alpha_json(double alpha) {
   if (alpha == std::floor(alpha) && std::abs(alpha) < 9.0e15) return static_cast<int64_t>(alpha);
   return alpha;
 }
 
+// The whole PEFT 0.21 LoRA field set, with the values peft writes for a plain LoRA adapter, so
+// that loaders that compare against it (or older peft releases, which ignore unknown keys with a
+// warning) see a config PEFT itself could have saved.
 json adapter_config_json(const lora::LoraConfig& config,
                          const std::vector<std::string>& target_modules,
                          const std::string& base_model) {
@@ -136,9 +136,8 @@ void check_module_for_save(const std::string& where,
   const std::string parameter = lora::expert_parameter_path(module, config);
   const bool stacked = !parameter.empty();
   // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
-  const std::string path = stacked ? parameter : module;
-  const int64_t r = config.rank_for(path);
-  const double scaling = config.for_module(path).scaling();
+  const lora::LoraConfig own = config.for_module(stacked ? parameter : module);
+  const int64_t r = own.r;
   TORCH_CHECK(stacked || config.targets(module),
               where,
               ": module '",
@@ -174,7 +173,7 @@ void check_module_for_save(const std::string& where,
               ")");
   // PEFT recomputes the scaling from r and lora_alpha; an adapter trained with another one would
   // silently change meaning on load.
-  TORCH_CHECK(adapter.scaling == scaling,
+  TORCH_CHECK(adapter.scaling == own.scaling(),
               where,
               ": module '",
               module,
@@ -183,11 +182,11 @@ void check_module_for_save(const std::string& where,
               " but the config's r = ",
               r,
               ", lora_alpha = ",
-              config.alpha_for(path),
+              own.alpha,
               (config.use_rslora ? ", use_rslora" : ""),
-              (r != config.r || config.alpha_for(path) != config.alpha ? " (its rank_pattern / alpha_pattern)" : ""),
+              (r != config.r || own.alpha != config.alpha ? " (its rank_pattern / alpha_pattern)" : ""),
               " give ",
-              scaling,
+              own.scaling(),
               "; save with the config the adapter was trained with");
 }
 

@@ -39,15 +39,19 @@ ExpertLora expert_lora_init(int64_t num_experts,
   return ExpertLora{std::move(a), num_experts};
 }
 
+std::string expert_adapter_module(const std::string& experts, const std::string& parameter, bool down_proj_adapted) {
+  return parameter == "gate_up_proj" && down_proj_adapted ? experts + ".base_layer" : experts;
+}
+
 std::string expert_parameter_path(const std::string& module, const LoraConfig& config) {
   constexpr std::string_view kNested = ".base_layer";
-  const bool nested = module.ends_with(kNested);
-  const std::string m = nested ? module.substr(0, module.size() - kNested.size()) : module;
-  const bool gate_up = config.targets_parameter(m + ".gate_up_proj");
-  const bool down = config.targets_parameter(m + ".down_proj");
-  if (nested) return gate_up && down ? m + ".gate_up_proj" : "";
-  if (down) return m + ".down_proj";
-  return gate_up ? m + ".gate_up_proj" : "";
+  const std::string experts = module.ends_with(kNested) ? module.substr(0, module.size() - kNested.size()) : module;
+  const bool down = config.targets_parameter(experts + ".down_proj");
+  for (const char* parameter : {"gate_up_proj", "down_proj"}) {
+    const std::string path = experts + "." + parameter;
+    if (config.targets_parameter(path) && expert_adapter_module(experts, parameter, down) == module) return path;
+  }
+  return "";
 }
 
 void check_expert_lora(const LoraAdapter& stacked,

@@ -41,11 +41,15 @@ struct ExpertLora {
   std::vector<LoraAdapter> experts() const;
 };
 
-// The "<experts module>.<parameter>" path that the expert adapter saved under PEFT module path
-// `module` adapts (See Note [Expert LoRA module names] in engine/model/lora_attach.h): with both
-// of an experts module's parameters targeted, "<m>.base_layer" holds gate_up_proj's and "<m>"
-// down_proj's; with one, "<m>" holds it. Empty when `module` adapts no targeted parameter (a
-// linear module). The path is what rank_pattern and alpha_pattern are matched against.
+// The PEFT module path under which the adapter of `experts`.`parameter` (gate_up_proj or
+// down_proj) is saved (See Note [Expert LoRA module names] in engine/model/lora_attach.h): with
+// both of an experts module's parameters adapted, gate_up_proj's is nested as
+// "<experts>.base_layer" and down_proj's is "<experts>"; with one, it is "<experts>".
+std::string expert_adapter_module(const std::string& experts, const std::string& parameter, bool down_proj_adapted);
+
+// The inverse: the "<experts module>.<parameter>" path that the adapter saved under `module`
+// adapts, or empty when `module` adapts no targeted parameter (a linear module). The path is what
+// rank_pattern and alpha_pattern are matched against.
 std::string expert_parameter_path(const std::string& module, const LoraConfig& config);
 
 // PEFT's initialisation (see Note [Expert LoRA layout]); A drawn from `gen` (a CPU generator).

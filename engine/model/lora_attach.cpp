@@ -5,6 +5,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <tuple>
+
+#include "engine/lora/expert_lora.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -17,14 +20,18 @@ struct ExpertSlot {
   int64_t in, out;
 };
 
-std::vector<ExpertSlot> expert_slots(MoeExperts& ex, bool gate_up_targeted, bool down_targeted) {
+// The targeted ones of the experts' two parameters.
+std::vector<ExpertSlot> expert_slots(MoeExperts& ex, const lora::LoraConfig& config) {
   std::vector<ExpertSlot> slots;
   const int64_t h = ex.hidden_size(), i = ex.intermediate_size();
-  if (gate_up_targeted) {
-    slots.push_back(
-        {ex.name + (down_targeted ? ".base_layer" : ""), ex.name + ".gate_up_proj", &ex.gate_up_lora, h, 2 * i});
+  const bool down = config.targets_parameter(ex.name + ".down_proj");
+  for (const auto& [parameter, lora, in, out] :
+       {std::tuple{"gate_up_proj", &ex.gate_up_lora, h, 2 * i}, std::tuple{"down_proj", &ex.down_lora, i, h}}) {
+    const std::string path = ex.name + "." + parameter;
+    if (config.targets_parameter(path)) {
+      slots.push_back({lora::expert_adapter_module(ex.name, parameter, down), path, lora, in, out});
+    }
   }
-  if (down_targeted) slots.push_back({ex.name, ex.name + ".down_proj", &ex.down_lora, i, h});
   return slots;
 }
 
@@ -43,9 +50,7 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
     }
     if (!layer.moe) continue;
     auto& ex = layer.moe->experts;
-    for (const auto& slot : expert_slots(ex,
-                                         config.targets_parameter(ex.name + ".gate_up_proj"),
-                                         config.targets_parameter(ex.name + ".down_proj"))) {
+    for (const auto& slot : expert_slots(ex, config)) {
       *slot.lora = lora::expert_lora_init(
           ex.num_experts(), slot.in, slot.out, config.for_module(slot.parameter), gen, model.device());
       ++adapted;
@@ -70,9 +75,7 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
     for (auto* linear : layer.linears()) by_name[linear->name] = linear;
     if (!layer.moe) continue;
     auto& ex = layer.moe->experts;
-    for (const auto& slot : expert_slots(ex,
-                                         config.targets_parameter(ex.name + ".gate_up_proj"),
-                                         config.targets_parameter(ex.name + ".down_proj"))) {
+    for (const auto& slot : expert_slots(ex, config)) {
       experts_by_name.emplace(slot.module, std::pair{slot, ex.num_experts()});
     }
   }
@@ -142,8 +145,10 @@ std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model) {
     }
     if (!layer.moe) continue;
     const auto& ex = layer.moe->experts;
-    if (ex.gate_up_lora) out.emplace(ex.name + (ex.down_lora ? ".base_layer" : ""), ex.gate_up_lora->stacked);
-    if (ex.down_lora) out.emplace(ex.name, ex.down_lora->stacked);
+    const bool down = ex.down_lora.has_value();
+    if (ex.gate_up_lora)
+      out.emplace(lora::expert_adapter_module(ex.name, "gate_up_proj", down), ex.gate_up_lora->stacked);
+    if (down) out.emplace(lora::expert_adapter_module(ex.name, "down_proj", down), ex.down_lora->stacked);
   }
   return out;
 }
