@@ -103,9 +103,12 @@ at::Tensor OffloadedActivations::restore(int64_t key) {
     // device tensor holds the same bytes, unless something wrote into it, which would also have
     // raced with the copy out.
     TORCH_CHECK(e.leaving._version() == e.version,
-                "activation offloading: the input of checkpointed layer ",
+                "activation offloading: input ",
                 key,
-                " of this step was written in place after its forward stashed it, so neither its device "
+                " of this step (the input of its checkpointed layer number ",
+                key,
+                ", counting checkpointed layers from 0) was written in place after the forward stashed it, so "
+                "neither its device "
                 "tensor nor its host copy is sure to hold what the forward read; this is a bug in the layer's "
                 "code: a checkpointed layer must not modify its input");
     out = std::move(e.leaving);

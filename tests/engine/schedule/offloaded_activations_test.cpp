@@ -66,9 +66,9 @@ TEST(OffloadedActivations, AnInputWrittenInPlaceAfterItsStashIsRefused) {
   auto h = at::randn({2, 8});
   const int64_t key = activations.stash(h, /*checkpointed_after=*/1);  // one of the last: it stays
   h.add_(1);
-  test::expect_error(
-      [&] { activations.restore(key); },
-      "the input of checkpointed layer 0 of this step was written in place after its forward stashed it");
+  test::expect_error([&] { activations.restore(key); },
+                     "input 0 of this step (the input of its checkpointed layer number 0, counting checkpointed "
+                     "layers from 0) was written in place after the forward stashed it");
 }
 
 TEST(OffloadedActivations, TheLastInputsStayAndTheDeviceHoldsAtMostDepthPlusTwo) {
