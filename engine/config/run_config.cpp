@@ -484,15 +484,6 @@ RunConfig read_config(Reader& r) {
                                        c.offload_prefetch_depth,
                                        at_least(1),
                                        "use 1 (copy the next offloaded layer while one computes) or more");
-  r.guard({"offload_prefetch_depth", "offload_layers"}, [&] {
-    if (const Entry* e = r.find_written("offload_prefetch_depth");
-        e && c.offload_prefetch_depth != 1 && !c.offload_layers_auto && c.offload_layers == 0) {
-      fail(e->key_place(),
-           e->key,
-           std::to_string(c.offload_prefetch_depth) +
-               " has no effect without offloaded layers; set offload_layers (auto or a number), or remove this key");
-    }
-  });
   r.guard({"gpu_memory_limit"}, [&] {
     if (const Entry* e = r.find("gpu_memory_limit")) {
       const std::optional<int64_t> v = e->value.IsScalar() ? parse_byte_size(e->value.Scalar()) : std::nullopt;
@@ -555,6 +546,18 @@ RunConfig read_config(Reader& r) {
   r.check_all_read();
 
   // --- combinations ---
+  // The depth also sets how far ahead a sharded base gathers and offloaded activations come back.
+  r.guard({"offload_prefetch_depth", "offload_layers", "activation_offloading", "shard_base"}, [&] {
+    if (const Entry* e = r.find_written("offload_prefetch_depth"); e && c.offload_prefetch_depth != 1 &&
+                                                                   !c.offload_layers_auto && c.offload_layers == 0 &&
+                                                                   !c.activation_offloading && !c.shard_base) {
+      fail(e->key_place(),
+           e->key,
+           std::to_string(c.offload_prefetch_depth) +
+               " has no effect without offloaded layers, activation offloading or a sharded base; set "
+               "offload_layers (auto or a number), or remove this key");
+    }
+  });
   r.guard({"load_in_8bit", "load_in_4bit"}, [&] {
     if (c.load_in_4bit && c.load_in_8bit) {
       fail(r.place_of("load_in_8bit"),

@@ -300,6 +300,12 @@ TEST(RunConfigTest, OffloadAndMemoryLimit) {
   EXPECT_EQ(n.offload_prefetch_depth, 3);
   // A prefetch depth with auto is fine even if auto then offloads nothing.
   EXPECT_EQ(parse(kMinimal, {"offload_layers=auto", "offload_prefetch_depth=2"}).offload_prefetch_depth, 2);
+  // Offloaded activations and a sharded base's gathers run that far ahead too.
+  EXPECT_EQ(
+      parse(kMinimal + "gradient_checkpointing: true\n", {"activation_offloading=true", "offload_prefetch_depth=2"})
+          .offload_prefetch_depth,
+      2);
+  EXPECT_EQ(parse(kMinimal, {"shard_base=true", "offload_prefetch_depth=3"}).offload_prefetch_depth, 3);
 }
 
 class RunConfigFileTest : public ::testing::Test {
@@ -523,8 +529,8 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        "computes) or more"},
       {kHead + "offload_prefetch_depth: 2\n",
        {},
-       "run.yaml:3:1: offload_prefetch_depth: 2 has no effect without offloaded layers; set offload_layers (auto or a "
-       "number), or remove this key"},
+       "run.yaml:3:1: offload_prefetch_depth: 2 has no effect without offloaded layers, activation offloading or a "
+       "sharded base; set offload_layers (auto or a number), or remove this key"},
       {kHead + "gpu_memory_limit: lots\n",
        {},
        "run.yaml:3:19: gpu_memory_limit: expected a size such as 20GiB, 24GB or 20 (GiB), got 'lots'; 0 or blank: "
