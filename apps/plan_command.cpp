@@ -97,7 +97,7 @@ void run(const Options& o, int& exit_code) {
   const auto model = train::read_model_config(c.base_model);
   const Budget budget = budget_of(o, c);
   const int64_t world = o.world_size > 0 ? o.world_size : dist::dist_env().world_size;
-  const auto shape = train::memory_shape(c);
+  const auto shape = train::memory_shape(c, model);
   std::printf("model: %s: %s, %lld layers, hidden %lld, intermediate %lld, vocab %lld\n",
               c.base_model.c_str(),
               model::architecture_name(model.arch).c_str(),

@@ -117,6 +117,23 @@ json adapter_config_json(const lora::LoraConfig& config,
   return j;
 }
 
+// What the adapter saved under `module` adapts, by the config: a linear module (target_modules),
+// or through target_parameters the stacked experts' gate_up_proj / down_proj (Note [Expert LoRA
+// layout]) or a router's 2-D weight "<module>.weight" (a plain [r, in] / [out, r] pair without
+// dropout: Note [Router LoRA] in engine/model/moe_block.h). `path` is what rank_pattern and
+// alpha_pattern match.
+struct AdaptedPath {
+  std::string path;
+  bool stacked = false;    // the experts' [r * E, in] / [out, r * E] pair
+  bool parameter = false;  // through target_parameters
+};
+
+AdaptedPath adapted_path(const std::string& module, const lora::LoraConfig& config) {
+  if (auto experts = lora::expert_parameter_path(module, config); !experts.empty()) return {experts, true, true};
+  if (config.targets_parameter(module + ".weight")) return {module + ".weight", false, true};
+  return {module, false, false};
+}
+
 std::string last_component(const std::string& module) {
   const size_t dot = module.rfind('.');
   return dot == std::string::npos ? module : module.substr(dot + 1);
@@ -133,12 +150,10 @@ void check_module_for_save(const std::string& where,
       module,
       "' is not a module path; adapters are keyed by Hugging Face module paths such as "
       "model.layers.0.self_attn.q_proj");
-  const std::string parameter = lora::expert_parameter_path(module, config);
-  const bool stacked = !parameter.empty();
-  // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
-  const lora::LoraConfig own = config.for_module(stacked ? parameter : module);
+  const auto [path, stacked, parameter] = adapted_path(module, config);
+  const lora::LoraConfig own = config.for_module(path);
   const int64_t r = own.r;
-  TORCH_CHECK(stacked || config.targets(module),
+  TORCH_CHECK(parameter || config.targets(module),
               where,
               ": module '",
               module,
@@ -435,7 +450,7 @@ void save_peft_adapter(const fs::path& dir,
     check_module_for_save(where, module, adapter, config);
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
-    if (lora::expert_parameter_path(module, config).empty()) suffixes.insert(last_component(module));
+    if (!adapted_path(module, config).parameter) suffixes.insert(last_component(module));
   }
   const std::string config_text =
       adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
@@ -579,21 +594,9 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 "; every adapted module needs both, the file is incomplete (re-save the adapter)");
     const TensorInfo& a = file.info(*pair.a);
     const TensorInfo& b = file.info(*pair.b);
-    const std::string parameter = lora::expert_parameter_path(module, config);
-    // PEFT's all-linear puts an MoE router's weight into target_parameters (Qwen3-MoE, Mixtral).
-    TORCH_CHECK(!parameter.empty() || !config.targets_parameter(module + ".weight"),
-                weights_where,
-                ": module '",
-                module,
-                "' adapts the parameter '",
-                module,
-                ".weight' (target_parameters in ",
-                config_where,
-                "): LoRA on a router's weight is not supported yet; evaluate or merge this adapter with peft, "
-                "or train one without the router in target_parameters");
-    // rank_pattern and alpha_pattern match an expert adapter by its parameter's path.
-    const lora::LoraConfig own = config.for_module(parameter.empty() ? module : parameter);
-    if (!parameter.empty()) {
+    const auto [path, stacked, parameter] = adapted_path(module, config);
+    const lora::LoraConfig own = config.for_module(path);
+    if (stacked) {
       // Stacked experts (Note [Expert LoRA layout]): the model checks the number of experts.
       TORCH_CHECK(a.shape.size() == 2 && b.shape.size() == 2 && a.shape[0] > 0 && a.shape[0] % own.r == 0 &&
                       b.shape[1] == a.shape[0],
@@ -639,7 +642,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 own.r == config.r ? "" : " (its rank_pattern)",
                 "; lora_B.weight must be [out_features, r]");
     // PEFT would not create a LoRA layer for this module and would drop its weights.
-    TORCH_CHECK(config.targets(module),
+    TORCH_CHECK(parameter || config.targets(module),
                 weights_where,
                 ": has weights for module '",
                 module,
@@ -653,7 +656,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                             lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
                                               .b = trainable_fp32(file, *pair.b),
                                               .scaling = own.scaling(),
-                                              .dropout = config.dropout});
+                                              .dropout = parameter ? 0.0 : config.dropout});
   }
   return loaded;
 }

@@ -190,6 +190,8 @@ struct Loader {
     } else {
       b.router = shaped(block + "gate.weight", {e_count, h}).to(options.device, options.dtype).contiguous();
     }
+    b.router_module = p + m.router_path;
+    b.router_stored = gemma4 ? p + "router.proj.weight" : block + "gate.weight";
     b.experts.name = p + m.experts_path;
     b.experts.act = c.hidden_act;
     b.experts.kernel = options.expert_kernel;

@@ -58,7 +58,8 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
     if (moe) {
       // Gemma 4's experts beside the dense MLP (See Note [Gemma 4 decoder]).
       const auto flat = h1.reshape({-1, h1.size(-1)});
-      const auto routing = gemma4_route(*moe->gemma4_router, flat);
+      const auto routing =
+          gemma4_route(*moe->gemma4_router, flat, moe->router_lora ? &*moe->router_lora : nullptr, training);
       if (inputs.router_logits != nullptr) inputs.router_logits->push_back(routing.logits);
       const auto experts = moe->experts.forward(norm(flat, *pre_ff_norm_2), routing, training).view(h1.sizes());
       ff = norm(ff, *post_ff_norm_1) + norm(experts, *post_ff_norm_2);
@@ -142,6 +143,10 @@ std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
     }
   }
   if (moe) {
+    if (moe->router_lora) {
+      params.push_back(moe->router_lora->a);
+      params.push_back(moe->router_lora->b);
+    }
     for (const auto* l : {&moe->experts.gate_up_lora, &moe->experts.down_lora}) {
       if (*l) {
         params.push_back((*l)->stacked.a);

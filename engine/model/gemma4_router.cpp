@@ -9,7 +9,7 @@
 
 namespace qtrain::engine::model {
 
-Routing gemma4_route(const Gemma4Router& r, const at::Tensor& x) {
+Routing gemma4_route(const Gemma4Router& r, const at::Tensor& x, const lora::LoraAdapter* adapter, bool training) {
   TORCH_CHECK(x.dim() == 2 && r.proj.dim() == 2 && x.size(1) == r.proj.size(1),
               "gemma4_route: x must be [tokens, ",
               r.proj.size(1),
@@ -26,7 +26,9 @@ Routing gemma4_route(const Gemma4Router& r, const at::Tensor& x) {
   const double root = 1.0 / std::sqrt(static_cast<double>(x.size(1)));
   // The order of transformers' ops, each in x's dtype: (rms(x) * scale) * H^-0.5, then proj.
   const auto z = ops::gemma4_rms_norm(x, at::Tensor(), r.eps) * r.scale.to(dtype) * root;
-  auto probs = at::softmax(at::matmul(z, r.proj.to(dtype).t()), -1, at::kFloat);
+  auto logits = at::matmul(z, r.proj.to(dtype).t());
+  if (adapter != nullptr) logits = logits + lora::lora_delta(z, *adapter, training);
+  auto probs = at::softmax(logits, -1, at::kFloat);
   auto [weights, experts] = at::topk(probs, r.top_k, -1);
   weights = weights / weights.sum(-1, /*keepdim=*/true);
   weights = weights * r.per_expert_scale.index_select(0, experts.reshape(-1)).view_as(experts);

@@ -6,6 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "engine/lora/lora_linear.h"
 #include "engine/model/moe_router.h"
 
 namespace qtrain::engine::model {
@@ -14,7 +15,7 @@ namespace qtrain::engine::model {
 // The router reads the raw residual stream after attention, x (not a normed copy: the experts
 // get pre_feedforward_layernorm_2(x)):
 //   z      = rms(x) * scale * H^-0.5                  weightless RMSNorm; in x's dtype
-//   p      = softmax(z @ proj^T) in float32          [N, E]
+//   p      = softmax(z @ proj^T) in float32          [N, E]   (+ LoRA on proj: Note [Router LoRA])
 //   w, idx = topk(p, K)                               sorted descending
 //   w      = w / sum_K(w) * per_expert_scale[idx]     float32
 // No bias, no noise, no load-balancing loss (transformers adds none for Gemma 4). Gradients flow
@@ -33,7 +34,11 @@ struct Gemma4Router {
 
 // x: [N, H] in the compute dtype. The result's `logits` are the float32 probabilities [N, E]
 // (softmax over all experts): what transformers records as Gemma 4's router_logits; weights are
-// float32 [N, K], experts int64 [N, K].
-Routing gemma4_route(const Gemma4Router& router, const at::Tensor& x);
+// float32 [N, K], experts int64 [N, K]. `adapter`, when not null, is LoRA on proj, its dropout
+// applied when `training`.
+Routing gemma4_route(const Gemma4Router& router,
+                     const at::Tensor& x,
+                     const lora::LoraAdapter* adapter = nullptr,
+                     bool training = false);
 
 }  // namespace qtrain::engine::model

@@ -35,6 +35,14 @@ std::vector<ExpertSlot> expert_slots(MoeExperts& ex, const lora::LoraConfig& con
   return slots;
 }
 
+// A copy of a loaded adapter as trainable float32 leaves on `device`.
+lora::LoraAdapter trainable_on(const lora::LoraAdapter& adapter, at::Device device) {
+  lora::LoraAdapter copy = adapter;
+  copy.a = adapter.a.to(device, at::kFloat).detach().requires_grad_(true);
+  copy.b = adapter.b.to(device, at::kFloat).detach().requires_grad_(true);
+  return copy;
+}
+
 }  // namespace
 
 int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed) {
@@ -49,7 +57,17 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
       ++adapted;
     }
     if (!layer.moe) continue;
-    auto& ex = layer.moe->experts;
+    auto& moe = *layer.moe;
+    const auto& moe_config = *model.config().moe;
+    if (targets_router(config, moe_config, moe.router_module)) {
+      moe.router_lora = lora::lora_init(model.config().hidden_size,
+                                        moe_config.num_experts,
+                                        config.for_module(router_lora_path(moe_config, moe.router_module)),
+                                        gen,
+                                        model.device());
+      ++adapted;
+    }
+    auto& ex = moe.experts;
     for (const auto& slot : expert_slots(ex, config)) {
       *slot.lora = lora::expert_lora_init(
           ex.num_experts(), slot.in, slot.out, config.for_module(slot.parameter), gen, model.device());
@@ -70,10 +88,12 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
 void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source) {
   std::map<std::string, LinearLayer*> by_name;
   std::map<std::string, std::pair<ExpertSlot, int64_t>> experts_by_name;  // slot, number of experts
+  std::map<std::string, MoeBlock*> routers;
   const auto& config = adapter.config;
   for (auto& layer : model.layers()) {
     for (auto* linear : layer.linears()) by_name[linear->name] = linear;
     if (!layer.moe) continue;
+    routers[layer.moe->router_module] = &*layer.moe;
     auto& ex = layer.moe->experts;
     for (const auto& slot : expert_slots(ex, config)) {
       experts_by_name.emplace(slot.module, std::pair{slot, ex.num_experts()});
@@ -83,22 +103,30 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
     if (auto ex = experts_by_name.find(module); ex != experts_by_name.end()) {
       const auto& [slot, e_count] = ex->second;
       lora::check_expert_lora(a, e_count, config.rank_for(slot.parameter), slot.in, slot.out, source + ": " + module);
-      lora::LoraAdapter copy = a;
-      copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
-      copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);
+      lora::LoraAdapter copy = trainable_on(a, model.device());
       copy.dropout = 0.0;
       *slot.lora = lora::ExpertLora{std::move(copy), e_count};
       continue;
     }
+    if (auto router = routers.find(module); router != routers.end()) {
+      const int64_t h = model.config().hidden_size, e = model.config().moe->num_experts;
+      TORCH_CHECK(a.in_features() == h && a.out_features() == e,
+                  (std::filesystem::path(source) / io::kPeftWeightsFile).string(),
+                  ": the router adapter '",
+                  module,
+                  "' has A ",
+                  a.a.sizes(),
+                  " and B ",
+                  a.b.sizes(),
+                  ", but this model's router needs A [r, ",
+                  h,
+                  "] and B [",
+                  e,
+                  ", r] (hidden_size and num_experts): the adapter was trained on another base model");
+      router->second->router_lora = trainable_on(a, model.device());
+      continue;
+    }
     auto it = by_name.find(module);
-    // PEFT's all-linear adapts Gemma 4's router projection, a linear layer in transformers.
-    TORCH_CHECK(it != by_name.end() || !module.ends_with(".router.proj"),
-                source,
-                ": the adapter has weights for '",
-                module,
-                "', the router of a Gemma 4 expert block: LoRA on the router is not supported yet; evaluate or "
-                "merge this adapter with peft, or train one without it (a list of target_modules rather than "
-                "all-linear)");
     TORCH_CHECK(it != by_name.end(),
                 source,
                 ": the adapter has weights for '",
@@ -130,10 +158,7 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
                 "]): the adapter was trained on another base model",
                 adapter.base_model.empty() ? "" : " (adapter_config.json names " + adapter.base_model + ")",
                 "; use the base it was trained on, or an adapter trained on this one");
-    lora::LoraAdapter copy = a;
-    copy.a = a.a.to(model.device(), at::kFloat).detach().requires_grad_(true);
-    copy.b = a.b.to(model.device(), at::kFloat).detach().requires_grad_(true);
-    linear->lora = std::move(copy);
+    linear->lora = trainable_on(a, model.device());
   }
 }
 
@@ -144,6 +169,7 @@ std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model) {
       if (linear->lora) out.emplace(linear->name, *linear->lora);
     }
     if (!layer.moe) continue;
+    if (layer.moe->router_lora) out.emplace(layer.moe->router_module, *layer.moe->router_lora);
     const auto& ex = layer.moe->experts;
     const bool down = ex.down_lora.has_value();
     if (ex.gate_up_lora)

@@ -1,4 +1,4 @@
-// Puts LoRA adapters on a model's linear layers and MoE experts: fresh ones (PEFT's
+// Puts LoRA adapters on a model's linear layers, MoE routers and experts: fresh ones (PEFT's
 // initialisation) for the layers and parameters a LoraConfig targets, or the tensors of a PEFT
 // adapter folder; and collects them back by PEFT module path for saving.
 //
@@ -22,10 +22,13 @@
 
 namespace qtrain::engine::model {
 
-// Fresh adapters on every linear the config targets (all seven with target_all_linear) and on the
-// experts' gate_up_proj / down_proj its target_parameters name. A is drawn from one CPU generator
-// seeded with `seed`, layer by layer in module order (experts after the linears), so a seed
-// reproduces the adapter. Returns the number of adapted layers; zero is an error naming the
+// Fresh adapters on every linear the config targets (with target_all_linear every one but
+// lm_head, Gemma 4's router.proj included), on the routers whose weight its target_parameters
+// name (Note [Router LoRA] in engine/model/moe_block.h), and on the experts' gate_up_proj /
+// down_proj it names. The config is applied as given: a run's goes through peft_targets first
+// (engine/model/peft_targets.h). A is drawn from one CPU generator seeded with `seed`, layer by
+// layer in module order (the router, then the experts, after the linears), so a seed reproduces
+// the adapter. Returns the number of adapted layers; zero is an error naming the
 // targets and the model's module names.
 int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed);
 
@@ -34,7 +37,8 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
 void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source);
 
 // Every adapter of the model, by PEFT module path (e.g. "model.layers.0.self_attn.q_proj",
-// "model.layers.0.mlp.experts.base_layer"); expert adapters hold the stacked tensors.
+// "model.layers.0.mlp.gate", "model.layers.0.mlp.experts.base_layer"); expert adapters hold the
+// stacked tensors.
 std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model);
 
 }  // namespace qtrain::engine::model

@@ -87,6 +87,12 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
       const auto w = l->dense_weight(at::kFloat);
       weights[l->name + ".weight"] = l->lora ? lora::lora_merged_weight(w, *l->lora) : w;
     }
+    // A router is written as qtrain holds it, in full precision (also where the base stored it
+    // quantized), with its adapter merged (Note [Router LoRA]).
+    if (const auto& moe = layer.moe) {
+      const auto w = (moe->gemma4_router ? moe->gemma4_router->proj : moe->router).to(at::kFloat);
+      weights[moe->router_stored] = moe->router_lora ? lora::lora_merged_weight(w, *moe->router_lora) : w;
+    }
   }
   for (const auto& [name, w] : weights) {
     TORCH_CHECK(folder.contains(name),

@@ -84,7 +84,8 @@ RopeParams read_rope_params(const nlohmann::json& params,
   r.scaling.factor = optional_or<double>(params, "factor", 1.0);
   r.scaling.low_freq_factor = optional_or<double>(params, "low_freq_factor", 1.0);
   r.scaling.high_freq_factor = optional_or<double>(params, "high_freq_factor", 4.0);
-  r.scaling.original_max_position_embeddings = optional_integer(params, "original_max_position_embeddings", 8192, source);
+  r.scaling.original_max_position_embeddings =
+      optional_integer(params, "original_max_position_embeddings", 8192, source);
   TORCH_CHECK(type == "default" || type == "linear" || type == "llama3" || type == "proportional",
               source,
               ": rope type '",
@@ -469,6 +470,8 @@ MoeConfig gemma4_moe_config(int64_t num_layers, int64_t num_experts, int64_t top
   m.sparse.assign(num_layers, true);
   m.dense_mlp_too = true;
   m.experts_path = "experts";
+  m.router_path = "router.proj";
+  m.router_is_linear = true;
   return m;
 }
 

@@ -62,6 +62,11 @@ struct MoeConfig {
   // The experts' module path after "layers.N." (transformers' names, also PEFT's
   // target_parameters prefix): "mlp.experts", Gemma 4 "experts".
   std::string experts_path = "mlp.experts";
+  // The router's module path after "layers.N.": "mlp.gate" (Qwen3MoeTopKRouter, MixtralTopKRouter:
+  // a module holding the parameter weight [E, H], which LoRA adapts through target_parameters as
+  // "mlp.gate.weight"), Gemma 4 "router.proj" (an nn.Linear, adapted through target_modules).
+  std::string router_path = "mlp.gate";
+  bool router_is_linear = false;
 };
 
 // Gemma 4's expert block (enable_moe_block) on every one of `num_layers` layers: `num_experts`

@@ -10,9 +10,23 @@ at::Tensor MoeBlock::forward(const at::Tensor& x,
                              bool training,
                              std::vector<at::Tensor>* router_logits) const {
   const auto flat = x.reshape({-1, x.size(-1)});
-  const auto routing = route_top_k(flat, router, config.top_k, config.norm_topk_prob, config.fp32_routing_weights);
+  const auto routing = route_top_k(flat,
+                                   router,
+                                   router_lora ? &*router_lora : nullptr,
+                                   config.top_k,
+                                   config.norm_topk_prob,
+                                   config.fp32_routing_weights);
   if (router_logits != nullptr) router_logits->push_back(routing.logits);
   return experts.forward(flat, routing, training).view(x.sizes());
+}
+
+std::string router_lora_path(const MoeConfig& config, const std::string& module) {
+  return config.router_is_linear ? module : module + ".weight";
+}
+
+bool targets_router(const lora::LoraConfig& lora, const MoeConfig& config, const std::string& module) {
+  const auto path = router_lora_path(config, module);
+  return config.router_is_linear ? lora.targets(path) : lora.targets_parameter(path);
 }
 
 }  // namespace qtrain::engine::model

@@ -5,8 +5,12 @@
 
 namespace qtrain::engine::model {
 
-Routing route_top_k(
-    const at::Tensor& x, const at::Tensor& router_weight, int64_t top_k, bool normalize, bool fp32_weights) {
+Routing route_top_k(const at::Tensor& x,
+                    const at::Tensor& router_weight,
+                    const lora::LoraAdapter* adapter,
+                    int64_t top_k,
+                    bool normalize,
+                    bool fp32_weights) {
   TORCH_CHECK(x.dim() == 2 && router_weight.dim() == 2 && x.size(1) == router_weight.size(1),
               "route_top_k: x is ",
               x.sizes(),
@@ -20,6 +24,7 @@ Routing route_top_k(
               router_weight.size(0));
   Routing r;
   r.logits = at::linear(x, router_weight);
+  if (adapter != nullptr) r.logits = r.logits + lora::lora_delta(x, *adapter, /*training=*/false);
   const auto probs = at::softmax(r.logits, -1, at::kFloat);
   auto [w, idx] = at::topk(probs, top_k, -1);
   if (normalize) w = w / w.sum(-1, /*keepdim=*/true);

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "engine/lora/lora_linear.h"
+
 namespace qtrain::engine::model {
 
 // Note [Top-k routing]
@@ -20,14 +22,20 @@ namespace qtrain::engine::model {
 //     w      = w.to(compute dtype)                    Qwen only; Mixtral keeps float32
 // The router weight is frozen, but the routing is differentiable in x through w (idx carries no
 // gradient): the backward must pass through the router into the residual stream, or the LoRA
-// gradients of earlier layers are wrong.
+// gradients of earlier layers are wrong. A LoRA adapter on the router (Note [Router LoRA] in
+// engine/model/moe_block.h) adds scaling * B (A x) to the logits before the softmax.
 struct Routing {
   at::Tensor logits;   // [T, E] compute dtype: what output_router_logits records (the aux loss input)
   at::Tensor weights;  // [T, K] float32 or the compute dtype, differentiable in x
   at::Tensor experts;  // int64 [T, K]
 };
 
-Routing route_top_k(
-    const at::Tensor& x, const at::Tensor& router_weight, int64_t top_k, bool normalize, bool fp32_weights);
+// `adapter`, when not null, is the router's LoRA (no dropout: peft allows none on a parameter).
+Routing route_top_k(const at::Tensor& x,
+                    const at::Tensor& router_weight,
+                    const lora::LoraAdapter* adapter,
+                    int64_t top_k,
+                    bool normalize,
+                    bool fp32_weights);
 
 }  // namespace qtrain::engine::model

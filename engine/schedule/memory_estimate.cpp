@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model/grouped_expert_linear.h"
+#include "engine/model/moe_block.h"
 #include "engine/schedule/tiled_mlp.h"
 #include "offload/blob_layout.h"
 #include "ops/linear_int8.h"
@@ -129,8 +130,8 @@ std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
 }
 
 // The element counts of layer `layer`'s trainable LoRA tensors: per adapted linear A [r, in] and
-// B [out, r]; per targeted expert parameter A [r E, in] and B [out, r E] (Note [Expert LoRA
-// layout]).
+// B [out, r]; on an adapted router A [r, H] and B [E, r] (Note [Router LoRA]); per targeted expert
+// parameter A [r E, in] and B [out, r E] (Note [Expert LoRA layout]).
 std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::LoraConfig& lora, int64_t layer) {
   const std::string prefix = c.weight_prefix + "layers." + std::to_string(layer) + ".";
   std::vector<int64_t> sizes;
@@ -145,6 +146,11 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
     const int64_t h = c.hidden_size, i = c.moe->expert_intermediate_size, e = c.moe->num_experts;
     const auto gate_up = prefix + c.moe->experts_path + ".gate_up_proj";
     const auto down = prefix + c.moe->experts_path + ".down_proj";
+    const auto router = prefix + c.moe->router_path;
+    if (model::targets_router(lora, *c.moe, router)) {
+      const int64_t r = lora.rank_for(model::router_lora_path(*c.moe, router));
+      sizes.insert(sizes.end(), {r * h, e * r});
+    }
     if (lora.targets_parameter(gate_up)) {
       const int64_t re = lora.rank_for(gate_up) * e;
       sizes.insert(sizes.end(), {re * h, 2 * i * re});
@@ -263,6 +269,10 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     return sparse && shape.lora.targets_parameter(experts + parameter) ? shape.lora.rank_for(experts + parameter) : 0;
   };
   const int64_t gate_up_adapted = expert_rank(".gate_up_proj"), down_adapted = expert_rank(".down_proj");
+  const auto router = sparse ? prefix + c.moe->router_path : std::string();
+  const int64_t router_adapted = sparse && model::targets_router(shape.lora, *c.moe, router)
+                                     ? shape.lora.rank_for(model::router_lora_path(*c.moe, router))
+                                     : 0;
 
   const auto& window = c.sliding_window.at(layer);
   const bool windowed = window && *window < T;
@@ -301,6 +311,9 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     experts_shape.lora.dropout = 0;
     saved += lora_saved({gate_up_adapted}, H, routed, experts_shape);
     saved += lora_saved({down_adapted}, c.moe->expert_intermediate_size, routed, experts_shape);
+    // The router's adapter over every token: Gemma 4's router.proj drops out as a linear does,
+    // a router weight (target_parameters) never.
+    saved += lora_saved({router_adapted}, H, N, c.moe->router_is_linear ? shape : experts_shape);
     // Routing and combining (Note [What a layer keeps for backward]): the float32 probabilities
     // [N, E]; four int64 [N K] indices (top-k's, the rows' gather, the sort permutation and its
     // inverse); the top-k weights as selected per row; and the renormalisation's divide, which

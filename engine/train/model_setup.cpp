@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include "engine/io/bnb_checkpoint.h"
+#include "engine/model/peft_targets.h"
 #include "ops/quant/codebook.h"
 
 namespace qtrain::engine::train {
@@ -79,7 +80,7 @@ model::LoadOptions load_options(const config::RunConfig& config) {
   return o;
 }
 
-lora::LoraConfig lora_config(const config::RunConfig& config) {
+lora::LoraConfig lora_config(const config::RunConfig& config, const model::ModelConfig& model) {
   lora::LoraConfig c;
   c.r = config.lora_r;
   c.alpha = config.lora_alpha;
@@ -91,7 +92,7 @@ lora::LoraConfig lora_config(const config::RunConfig& config) {
   c.target_parameters = config.lora_target_parameters;
   c.rank_pattern = config.lora_rank_pattern;
   c.alpha_pattern = config.lora_alpha_pattern;
-  return c;
+  return model::peft_targets(c, model, "the run config");
 }
 
 schedule::CheckpointPolicy checkpoint_policy(const config::RunConfig& config) {

@@ -28,7 +28,9 @@ std::string base_quantization_note(const nlohmann::json& config_json,
                                    const std::string& where,
                                    const config::RunConfig& config);
 model::LoadOptions load_options(const config::RunConfig& config);
-lora::LoraConfig lora_config(const config::RunConfig& config);
+// The run's LoRA setup for a base of `model`'s architecture: the config's keys as peft 0.21.2
+// applies them there (Note [peft's MoE target conversion] in engine/model/peft_targets.h).
+lora::LoraConfig lora_config(const config::RunConfig& config, const model::ModelConfig& model);
 // gradient_checkpointing as the scheduler's policy (its k is gradient_checkpointing_every_k).
 schedule::CheckpointPolicy checkpoint_policy(const config::RunConfig& config);
 

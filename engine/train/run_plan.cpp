@@ -25,7 +25,7 @@ offload::MemoryPlan plan_once(
   request.prefetch_depth = c.offload_prefetch_depth;
   request.offload_activations = c.activation_offloading;
   request.h2d_bytes_per_s = h2d;
-  return offload::plan_memory(schedule::estimate_memory(m, memory_shape(c)), request);
+  return offload::plan_memory(schedule::estimate_memory(m, memory_shape(c, m)), request);
 }
 
 struct Change {
@@ -114,11 +114,11 @@ model::ModelConfig read_model_config(const std::filesystem::path& base_model) {
   return model::ModelConfig::from_json(io::read_config_json(base_model), (base_model / "config.json").string());
 }
 
-schedule::MemoryShape memory_shape(const config::RunConfig& c) {
+schedule::MemoryShape memory_shape(const config::RunConfig& c, const model::ModelConfig& m) {
   schedule::MemoryShape s;
   s.quant = quant_spec(c);
   s.quantize_moe_experts = c.quantize_moe_experts;
-  s.lora = lora_config(c);
+  s.lora = lora_config(c, m);
   s.dtype = compute_dtype(c, at::Device(at::kCUDA, 0));
   s.device = c10::DeviceType::CUDA;
   s.micro_batch_size = c.micro_batch_size;

@@ -16,8 +16,9 @@ namespace qtrain::engine::train {
 // base_model/config.json, read and checked; the weight files are not opened.
 model::ModelConfig read_model_config(const std::filesystem::path& base_model);
 
-// What the run's settings mean for its memory on a CUDA device (bf16: auto is bf16 there).
-schedule::MemoryShape memory_shape(const config::RunConfig& config);
+// What the run's settings mean for its memory on a CUDA device (bf16: auto is bf16 there), for a
+// base of `model`'s architecture.
+schedule::MemoryShape memory_shape(const config::RunConfig& config, const model::ModelConfig& model);
 
 // The plan for `budget_bytes` of device memory on each of `world_size` ranks: offload_layers as
 // the config says (auto: as few as fit), offload_prefetch_depth, shard_base, and host-to-device

@@ -158,7 +158,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         lm.layers().size(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   }
-  auto lora = lora_config(c);
+  auto lora = lora_config(c, lm.config());
   if (!c.lora_model_dir.empty()) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
     lora = loaded.config;

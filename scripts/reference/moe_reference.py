@@ -37,6 +37,11 @@ Each holds:
     lora.logits, lora.loss, lora.grad.<module>.lora_A|lora_B    with adapter
     gate_up.logits, gate_up.loss, gate_up.grad.*   (qwen3_moe only) with adapter_gate_up/: the
                       experts' gate_up_proj alone (one ParamWrapper, saved as "...mlp.experts")
+    all.logits, all.loss, all.grad.*   with adapter_all/: peft's target_modules="all-linear", which
+                      on Gemma 4 adapts every nn.Linear but lm_head (router.proj too, the experts
+                      not) and on Qwen3-MoE and Mixtral the attention, the router (gate.weight)
+                      and both experts' parameters, gate_up_proj at twice r and alpha (peft's
+                      _convert_peft_config_moe; Qwen3-MoE's dense layer gets none)
     pattern.logits, pattern.loss, pattern.grad.*   (qwen3_moe only) with adapter_pattern/: adapter/'s
                       targets with per-module ranks and alphas (rank_pattern, alpha_pattern; the
                       experts' gate_up_proj doubled as peft's own conversion does, q_proj and one
@@ -195,7 +200,8 @@ def make_case(name, root):
     # Gemma 4: the dense MLP beside the experts too; its experts have no mlp. level.
     modules = ATTN + (["gate_proj", "up_proj", "down_proj"] if gemma4 else [])
     experts = [e.removeprefix("mlp.") for e in EXPERTS] if gemma4 else EXPERTS
-    adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": experts})]
+    adapters = [("adapter_attn", "attn.", {}), ("adapter", "lora.", {"target_parameters": experts}),
+                ("adapter_all", "all.", {"target_modules": "all-linear"})]
     if name == "qwen3_moe":
         adapters.append(("adapter_gate_up", "gate_up.", {"target_parameters": EXPERTS[:1]}))
         adapters.append(("adapter_pattern", "pattern.", {
@@ -205,8 +211,8 @@ def make_case(name, root):
     for adapter, prefix, targets in adapters:
         torch.manual_seed(5)
         model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=modules,
-                                                      **targets))
+        peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                      **({"target_modules": modules} | targets)))
         with torch.no_grad():
             for pname, p in peft_model.named_parameters():
                 if "lora_B" in pname:

@@ -194,30 +194,34 @@ TEST_F(Commands, MergeWritesAPlainFolderTransformersLoadsWithTheAdaptersLoss) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("fp32.lora.loss").item<double>(), 1e-5);
 }
 
-TEST_F(Commands, MergeFoldsExpertLoraIntoEachExpertLayoutTransformersLoads) {
+TEST_F(Commands, MergeFoldsExpertAndRouterLoraIntoEachLayoutTransformersLoads) {
   // Expert LoRA (PEFT target_parameters) folded into the experts, written back in the layout the
   // base has: per-expert gate_proj/up_proj/down_proj (qwen3_moe), fused 3-D gate_up_proj and
-  // down_proj (qwen3_moe_fused), Mixtral's w1/w3/w2. transformers without peft then computes the
-  // loss peft computes on base + adapter.
+  // down_proj (qwen3_moe_fused), Mixtral's w1/w3/w2; and peft's all-linear adapter, whose router
+  // LoRA folds into mlp.gate.weight (block_sparse_moe.gate.weight in Mixtral's layout) or Gemma
+  // 4's router.proj.weight. transformers without peft then computes the loss peft computes on
+  // base + adapter.
   for (const std::string name : {"qwen3_moe", "qwen3_moe_fused", "mixtral", "gemma4_moe"}) {
-    SCOPED_TRACE(name);
-    const auto fixture = test::moe_fixture(name);
-    std::ofstream(dir_ / "moe.yaml") << "base_model: " << (fixture / "base").string()
-                                     << "\nlora_target_linear: true\ndevice: cpu\n";
-    const auto out = dir_ / ("merged_" + name);
-    ASSERT_EQ(run(qtrain() + " merge " + (dir_ / "moe.yaml").string() + " --adapter " + (fixture / "adapter").string() +
-                  " --dtype fp32 --out " + out.string())
-                  .status,
-              0);
-    const auto merged = engine::io::HfFolder::open(out);
-    EXPECT_EQ(merged.tensor_names(), engine::io::HfFolder::open(fixture / "base").tensor_names());
-    if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
-    const auto ref = engine::io::SafetensorsFile::open(fixture / "reference.safetensors");
-    const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
-                        out.string() + " " + (fixture / "reference.safetensors").string());
-    ASSERT_EQ(hf.status, 0);
-    // As for linear layers: W + s*B_e*A_e rounds once per expert weight in float32.
-    EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("lora.loss").item<double>(), 1e-5);
+    for (const auto& [adapter, prefix] : {std::pair{"adapter", "lora."}, std::pair{"adapter_all", "all."}}) {
+      SCOPED_TRACE(name + " " + adapter);
+      const auto fixture = test::moe_fixture(name);
+      std::ofstream(dir_ / "moe.yaml") << "base_model: " << (fixture / "base").string()
+                                       << "\nlora_target_linear: true\ndevice: cpu\n";
+      const auto out = dir_ / ("merged_" + name + "_" + adapter);
+      ASSERT_EQ(run(qtrain() + " merge " + (dir_ / "moe.yaml").string() + " --adapter " + (fixture / adapter).string() +
+                    " --dtype fp32 --out " + out.string())
+                    .status,
+                0);
+      const auto merged = engine::io::HfFolder::open(out);
+      EXPECT_EQ(merged.tensor_names(), engine::io::HfFolder::open(fixture / "base").tensor_names());
+      if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+      const auto ref = engine::io::SafetensorsFile::open(fixture / "reference.safetensors");
+      const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() +
+                          " " + out.string() + " " + (fixture / "reference.safetensors").string());
+      ASSERT_EQ(hf.status, 0);
+      // As for linear layers: W + s*B_e*A_e rounds once per expert weight in float32.
+      EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor(std::string(prefix) + "loss").item<double>(), 1e-5);
+    }
   }
 }
 
@@ -276,8 +280,9 @@ TEST_F(Commands, TheDemoConfigTrainsAndItsLossFalls) {
 }
 
 // A tiny Qwen3-MoE (init-model's 8 experts, top-2, on every layer) trains from the demo config
-// with NF4 experts, LoRA on attention and on both expert parameters, and checkpointing; its loss
-// falls and the adapter it writes carries PEFT's expert keys.
+// with NF4 experts, checkpointing and the demo's lora_target_linear, which on Qwen3-MoE is peft's
+// all-linear: the attention, the routers and both expert parameters; its loss falls and the
+// adapter it writes carries PEFT's expert and router keys, gate_up_proj at twice the rank.
 TEST_F(Commands, AMoeModelTrainsWithExpertLoraAndItsLossFalls) {
   const auto model = dir_ / "demo-qwen3-moe";
   ASSERT_EQ(run(qtrain() + " init-model --arch qwen3_moe --preset demo --seed 0 --out " + model.string()).status, 0);
@@ -286,8 +291,7 @@ TEST_F(Commands, AMoeModelTrainsWithExpertLoraAndItsLossFalls) {
                      " --set base_model=" + model.string() + " --set output_dir=" + out.string() +
                      " --set max_steps=12 --set logging_steps=4 --set warmup_steps=2 --set val_set_size=0" +
                      " --set eval_steps=0 --set save_steps=0 --set sequence_len=64 --set micro_batch_size=2" +
-                     " --set gradient_accumulation_steps=1 --set lora_dropout=0" +
-                     " --set lora_target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]");
+                     " --set gradient_accumulation_steps=1 --set lora_dropout=0");
   ASSERT_EQ(r.status, 0) << r.out;
   std::vector<double> losses;
   std::ifstream in(out / "metrics.jsonl");
@@ -298,10 +302,12 @@ TEST_F(Commands, AMoeModelTrainsWithExpertLoraAndItsLossFalls) {
   ASSERT_EQ(losses.size(), 3u) << r.out;
   EXPECT_LT(losses.back(), losses.front() - 0.3) << r.out;
   const auto adapter = engine::io::SafetensorsFile::open(out / "adapter_model.safetensors");
-  // lora_A of gate_up over 8 experts at r = 16: [16 * 8, hidden 256].
+  // lora_A of gate_up over 8 experts at r = 2 * 16: [32 * 8, hidden 256]; the router's at r 16.
   const auto a = adapter.tensor("base_model.model.model.layers.0.mlp.experts.base_layer.lora_A.weight");
-  EXPECT_EQ(a.sizes(), (at::IntArrayRef{128, 256}));
+  EXPECT_EQ(a.sizes(), (at::IntArrayRef{256, 256}));
   EXPECT_TRUE(adapter.contains("base_model.model.model.layers.3.mlp.experts.lora_B.weight"));
+  EXPECT_EQ(adapter.tensor("base_model.model.model.layers.3.mlp.gate.lora_B.weight").sizes(), (at::IntArrayRef{8, 16}));
+  EXPECT_NE(r.out.find("r 32 for .*\\.gate_up_proj"), std::string::npos) << r.out;
 }
 
 // A chat_template dataset through a tokenizer.json end to end: a tiny random Llama whose

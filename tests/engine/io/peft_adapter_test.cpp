@@ -436,20 +436,19 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        }),
        "\"alpha_pattern\" gives 'v_proj' the alpha \"x\"; it must be a number",
        config_name},
-      {"router_parameter",
+      {"router_parameter_rank",
        [&](const fs::path& d) {
-         // What peft's all-linear writes for a Qwen3-MoE router (mlp.gate.weight); dropout 0 as
-         // parameters need.
+         // What peft's all-linear writes for a Qwen3-MoE router (mlp.gate.weight, dropout 0 as
+         // parameters need), with lora_A of rank 3 where r is 4.
          edit_config([](json& j) {
            j["target_parameters"] = {"gate.weight"};
            j["lora_dropout"] = 0.0;
          })(d);
          const std::string gate = "base_model.model.model.layers.0.mlp.gate";
          rewrite_tensors(
-             d, {}, {{gate + ".lora_A.weight", at::zeros({4, 64})}, {gate + ".lora_B.weight", at::zeros({8, 4})}});
+             d, {}, {{gate + ".lora_A.weight", at::zeros({3, 64})}, {gate + ".lora_B.weight", at::zeros({8, 3})}});
        },
-       "module 'model.layers.0.mlp.gate' adapts the parameter 'model.layers.0.mlp.gate.weight' (target_parameters "
-       "in ",
+       "'base_model.model.model.layers.0.mlp.gate.lora_A.weight' has shape [3, 64] but ",
        weights_name},
       {"modules_to_save",
        edit_config([](json& j) { j["modules_to_save"] = {"lm_head"}; }),

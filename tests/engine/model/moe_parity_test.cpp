@@ -177,6 +177,14 @@ int64_t attention_lora_tensors(const std::string& name) {
   return linears * 2;
 }
 
+int64_t sparse_layers(const std::string& name) {
+  const auto config =
+      model::ModelConfig::from_json(io::HfFolder::open(test::moe_fixture(name) / "base").config(), name);
+  int64_t sparse = 0;
+  for (int64_t i = 0; i < config.num_layers; ++i) sparse += config.layer_is_sparse(i);
+  return sparse;
+}
+
 TEST_P(MoeParity, AttentionLoraGradientsFlowThroughTheRouter) {
   check_adapter(GetParam(), "adapter_attn", "attn.", attention_lora_tensors(GetParam()));
 }
@@ -184,11 +192,20 @@ TEST_P(MoeParity, AttentionLoraGradientsFlowThroughTheRouter) {
 // Expert LoRA in PEFT's target_parameters layout: gate_up_proj's adapter nested as
 // experts.base_layer, down_proj's as experts, B's columns expert-minor.
 TEST_P(MoeParity, ExpertLoraLogitsLossAndGradientsMatchPeft) {
-  const auto config =
-      model::ModelConfig::from_json(io::HfFolder::open(test::moe_fixture(GetParam()) / "base").config(), GetParam());
-  int64_t sparse = 0;
-  for (int64_t i = 0; i < config.num_layers; ++i) sparse += config.layer_is_sparse(i);
-  check_adapter(GetParam(), "adapter", "lora.", attention_lora_tensors(GetParam()) + sparse * 2 * 2);
+  check_adapter(GetParam(), "adapter", "lora.", attention_lora_tensors(GetParam()) + sparse_layers(GetParam()) * 2 * 2);
+}
+
+// peft's target_modules="all-linear": on Gemma 4 every linear but lm_head, the router's proj
+// included (attention_lora_tensors counts the dense MLP); on Qwen3-MoE and Mixtral the attention
+// and, on each sparse layer, the router's weight and both experts' parameters (gate_up_proj at
+// twice r and alpha), as peft's conversion for these families rewrites it. The routers' adapters
+// change which experts are chosen, and their gradients are peft's.
+TEST_P(MoeParity, PeftsAllLinearAdapterWithTheRoutersLoadsAndTrainsAsInPeft) {
+  const bool gemma4 = GetParam() == "gemma4_moe";
+  check_adapter(GetParam(),
+                "adapter_all",
+                "all.",
+                attention_lora_tensors(GetParam()) + sparse_layers(GetParam()) * (gemma4 ? 2 : 6));
 }
 
 // Only gate_up_proj targeted: one ParamWrapper, saved as "...mlp.experts" (no base_layer).
@@ -287,38 +304,15 @@ TEST(Gemma4Moe, EveryLayerHasTheDenseMlpTheRouterAndTheExperts) {
   }
 }
 
-// peft's all-linear adapts Gemma 4's router projection (router.proj, a linear layer in
-// transformers); qtrain does not train LoRA on a router yet and says so by name.
-TEST(MoeExpertLora, AGemma4RouterAdapterIsRefusedByName) {
-  const auto dir = test::moe_fixture("gemma4_moe");
-  const auto tmp = std::filesystem::temp_directory_path() / ("qtrain_router_adapter_" + std::to_string(::getpid()));
-  io::remove_tree(tmp);
-  std::filesystem::create_directories(tmp);
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (auto& [name, t] : io::safetensors_load(dir / "adapter_attn" / io::kPeftWeightsFile))
-    tensors.emplace_back(name, t);
-  const std::string router = std::string(io::kPeftKeyPrefix) + "model.layers.0.router.proj";
-  tensors.emplace_back(router + ".lora_A.weight", at::zeros({4, 48}));
-  tensors.emplace_back(router + ".lora_B.weight", at::zeros({6, 4}));
-  io::safetensors_save(tmp / io::kPeftWeightsFile, tensors);
-  auto config = nlohmann::json::parse(std::ifstream(dir / "adapter_attn" / io::kPeftConfigFile));
-  config["target_modules"].push_back("proj");
-  std::ofstream(tmp / io::kPeftConfigFile) << config.dump();
-  auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
-  test::expect_error([&] { model::attach_lora(lm, io::load_peft_adapter(tmp), tmp.string()); },
-                     "the adapter has weights for 'model.layers.0.router.proj', the router of a Gemma 4 expert block: "
-                     "LoRA on the router is not supported yet");
-  io::remove_tree(tmp);
-}
-
-// An adapter qtrain writes with `config` (q_proj on 3 layers, and both experts' parameters, as
-// nested wrappers, on the 2 sparse layers) loads in PEFT and means the same there, and qtrain
-// reads it back.
-void expect_written_adapter_means_the_same_in_peft(const lora::LoraConfig& config) {
-  const auto dir = test::moe_fixture("qwen3_moe");
+// An adapter qtrain writes with `config` on the fixture `name` (`adapted` modules and parameters)
+// loads in PEFT and means the same there, and qtrain reads it back.
+void expect_written_adapter_means_the_same_in_peft(const std::string& name,
+                                                   const lora::LoraConfig& config,
+                                                   int64_t adapted) {
+  const auto dir = test::moe_fixture(name);
   const auto ref = io::SafetensorsFile::open(dir / "reference.safetensors");
   auto lm = model::CausalLM::load(io::HfFolder::open(dir / "base"), {});
-  EXPECT_EQ(model::attach_new_lora(lm, config, 3), 3 + 2 * 2);
+  EXPECT_EQ(model::attach_new_lora(lm, config, 3), adapted);
   {
     at::NoGradGuard no_grad;
     at::manual_seed(4);
@@ -349,9 +343,25 @@ lora::LoraConfig q_and_experts() {
   return config;
 }
 
+// q_proj on 3 layers, and both experts' parameters, as nested wrappers, on the 2 sparse layers.
 TEST(MoeAdapterInterop, AnExpertAdapterWrittenByQtrainGivesTheSameLogitsInPeft) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
-  expect_written_adapter_means_the_same_in_peft(q_and_experts());
+  expect_written_adapter_means_the_same_in_peft("qwen3_moe", q_and_experts(), 3 + 2 * 2);
+}
+
+// LoRA on the routers, both ways peft has (Note [Router LoRA]): Qwen3-MoE's router weight through
+// target_parameters "gate.weight" (with q_proj and the experts), Gemma 4's router.proj as a
+// target module ("proj", as peft's all-linear lists it) beside q_proj on its 5 layers.
+TEST(MoeAdapterInterop, RouterAdaptersWrittenByQtrainMeanTheSameInPeft) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  auto qwen = q_and_experts();
+  qwen.target_parameters.push_back("gate.weight");
+  expect_written_adapter_means_the_same_in_peft("qwen3_moe", qwen, 3 + 2 * 3);
+  lora::LoraConfig gemma4;
+  gemma4.r = 3;
+  gemma4.alpha = 5;
+  gemma4.target_modules = {"q_proj", "proj"};
+  expect_written_adapter_means_the_same_in_peft("gemma4_moe", gemma4, 5 + 5);
 }
 
 // The same with per-module ranks and alphas (rank_pattern, alpha_pattern): the experts'
@@ -362,7 +372,7 @@ TEST(MoeAdapterInterop, PerModuleRanksAndAlphasWrittenByQtrainMeanTheSameInPeft)
   auto config = q_and_experts();
   config.rank_pattern = {{".*\\.gate_up_proj", 6}, {"layers.2.self_attn.q_proj", 5}};
   config.alpha_pattern = {{".*\\.gate_up_proj", 10}, {"layers.2.self_attn.q_proj", 2}};
-  expect_written_adapter_means_the_same_in_peft(config);
+  expect_written_adapter_means_the_same_in_peft("qwen3_moe", config, 3 + 2 * 2);
 }
 
 // peft's rank_pattern and alpha_pattern read from its adapter: per-module ranks and scalings
