@@ -38,6 +38,14 @@ void run(const Options& o) {
   const auto tensors = model::merged_tensors(lm, folder, out_dtype);
   auto json = folder.config();
   json.erase("quantization_config");
+  if (model::merge_unties_embeddings(lm)) {
+    json["tie_word_embeddings"] = false;
+    if (json.contains("text_config") && json["text_config"].is_object())
+      json["text_config"]["tie_word_embeddings"] = false;
+    std::fprintf(stderr,
+                 "merge: the adapter trains the tied embeddings or head in full (modules_to_save): both are "
+                 "written, lm_head.weight apart, with tie_word_embeddings: false\n");
+  }
   json["dtype"] = o.dtype == "fp32" ? "float32" : "bfloat16";
   io::save_hf_folder(o.out, json, tensors);
   std::fprintf(stderr,

@@ -98,9 +98,11 @@ at::Tensor peft_logits_of_written_adapter(const std::filesystem::path& base,
                                           const engine::lora::LoraConfig& config,
                                           const std::map<std::string, engine::lora::LoraAdapter>& adapters,
                                           const at::Tensor& ids,
-                                          const std::filesystem::path& dir) {
+                                          const std::filesystem::path& dir,
+                                          const std::map<std::string, at::Tensor>& saved_modules) {
   std::filesystem::create_directories(dir);
-  engine::io::save_peft_adapter(dir / "adapter", config, adapters, base.string());
+  engine::io::save_peft_adapter(
+      dir / "adapter", config, adapters, base.string(), at::kFloat, engine::io::AdapterFolder::own, saved_modules);
   engine::io::safetensors_save(dir / "ids.safetensors", {{"ids", ids}});
   const auto cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
                    (std::filesystem::path(QTRAIN_SOURCE_DIR) / "scripts/reference/adapter_logits.py").string() + " " +

@@ -40,11 +40,13 @@ ScriptTensors run_reference_script(const std::string& script, const std::string&
 // on the model in `base` with the adapter qtrain writes from `config` and `adapters` into
 // `dir`/adapter (left there for the caller). The caller skips when QTRAIN_PYTHON is unset; a
 // script that fails fails the test.
+// `saved_modules`: the modules trained in full it writes beside the adapters.
 at::Tensor peft_logits_of_written_adapter(const std::filesystem::path& base,
                                           const engine::lora::LoraConfig& config,
                                           const std::map<std::string, engine::lora::LoraAdapter>& adapters,
                                           const at::Tensor& ids,
-                                          const std::filesystem::path& dir);
+                                          const std::filesystem::path& dir,
+                                          const std::map<std::string, at::Tensor>& saved_modules = {});
 
 // Same dtype, shape and bytes: the test of byte compatibility. NaNs compare by bit pattern.
 bool bitwise_equal(const at::Tensor& a, const at::Tensor& b);

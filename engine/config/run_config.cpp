@@ -210,6 +210,19 @@ RunConfig read_config(Reader& r) {
   c.lora_target_modules_regex = std::move(targets.regex);
   c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
   c.lora_target_parameters = r.module_names("lora_target_parameters");
+  c.lora_modules_to_save = r.module_names("lora_modules_to_save");
+  r.guard({"lora_modules_to_save"}, [&] {
+    for (const std::string& m : c.lora_modules_to_save) {
+      if (!lora::LoraConfig::ends_with_component(m, "embed_tokens") &&
+          !lora::LoraConfig::ends_with_component(m, "lm_head")) {
+        fail(r.place_of("lora_modules_to_save"),
+             "lora_modules_to_save",
+             "names '" + m +
+                 "'; qtrain trains the token embeddings and the output head in full (embed_tokens, lm_head) and no "
+                 "other module");
+      }
+    }
+  });
   c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
   for (const char* key : {"lora_rank_pattern", "lora_alpha_pattern"}) {
     r.guard({key}, [&] {

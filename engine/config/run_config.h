@@ -151,6 +151,9 @@ struct RunConfig {
   // PEFT's target_parameters: MoE expert parameters, e.g. [mlp.experts.gate_up_proj,
   // mlp.experts.down_proj]; needs lora_dropout 0.
   std::vector<std::string> lora_target_parameters;
+  // PEFT's modules_to_save: embed_tokens and / or lm_head trained in full beside the adapters
+  // (Note [Modules trained in full] in engine/model/saved_modules.h).
+  std::vector<std::string> lora_modules_to_save;
   // Scale by alpha / sqrt(r) instead of alpha / r.
   bool peft_use_rslora = false;
   // PEFT's rank_pattern / alpha_pattern: regular expressions of module names (or of

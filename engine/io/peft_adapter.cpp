@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -92,7 +93,7 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["lora_ga_config"] = nullptr;
   j["megatron_config"] = nullptr;
   j["megatron_core"] = "megatron.core";
-  j["modules_to_save"] = nullptr;
+  j["modules_to_save"] = config.modules_to_save.empty() ? json(nullptr) : json(config.modules_to_save);
   j["monteclora_config"] = nullptr;
   j["peft_type"] = "LORA";
   j["peft_version"] = kPeftFormatVersion;
@@ -216,7 +217,6 @@ struct Unsupported {
 constexpr Unsupported kUnsupported[] = {
     {"use_dora", "DoRA (weight-decomposed LoRA)"},
     {"lora_bias", "a trained bias on lora_B"},
-    {"modules_to_save", "fully trained extra modules"},
     {"trainable_token_indices", "trainable token embeddings"},
     {"layer_replication", "layer replication"},
     {"layers_to_transform", "LoRA restricted to some layer indices"},
@@ -357,6 +357,17 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
+  if (const json* saved = find("modules_to_save"); saved != nullptr && !saved->is_null()) {
+    TORCH_CHECK(saved->is_array(),
+                where,
+                ": \"modules_to_save\" is ",
+                saved->dump(),
+                "; it must be a list of module names such as [\"embed_tokens\", \"lm_head\"]");
+    for (const json& m : *saved) {
+      TORCH_CHECK(m.is_string(), where, ": \"modules_to_save\" has the entry ", m.dump(), "; entries must be strings");
+      config.modules_to_save.push_back(m.get<std::string>());
+    }
+  }
   config.rank_pattern = read_pattern<int64_t>(find("rank_pattern"), "rank_pattern", "rank", where);
   config.alpha_pattern = read_pattern<double>(find("alpha_pattern"), "alpha_pattern", "alpha", where);
   if (const json* params = find("target_parameters"); params != nullptr && !params->is_null()) {
@@ -425,7 +436,8 @@ void save_peft_adapter(const fs::path& dir,
                        const std::map<std::string, lora::LoraAdapter>& adapters,
                        const std::string& base_model_name_or_path,
                        at::ScalarType save_dtype,
-                       AdapterFolder folder) {
+                       AdapterFolder folder,
+                       const std::map<std::string, at::Tensor>& saved_modules) {
   // A trailing slash names the folder itself.
   fs::path target = dir.lexically_normal();
   if (target.filename().empty()) {
@@ -451,6 +463,18 @@ void save_peft_adapter(const fs::path& dir,
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
     if (!adapted_path(module, config).parameter) suffixes.insert(last_component(module));
+  }
+  for (const auto& [module, weight] : saved_modules) {
+    TORCH_CHECK(std::any_of(config.modules_to_save.begin(),
+                            config.modules_to_save.end(),
+                            [&](const std::string& e) { return lora::LoraConfig::ends_with_component(module, e); }),
+                where,
+                ": module '",
+                module,
+                "' is trained in full but the config's modules_to_save [",
+                c10::Join(", ", config.modules_to_save),
+                "] does not name it, so PEFT would not load it");
+    tensors.emplace_back(kPeftKeyPrefix + module + ".weight", weight.detach().to(save_dtype));
   }
   const std::string config_text =
       adapter_config_json(config, {suffixes.begin(), suffixes.end()}, base_model_name_or_path).dump(2);
@@ -571,18 +595,46 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 "\"; PEFT LoRA keys look like base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
     const bool is_a = key.ends_with(kSuffixA);
     const bool is_b = key.ends_with(kSuffixB);
+    // A module trained in full (modules_to_save): "<prefix><module>.weight".
+    if (!is_a && !is_b && key.ends_with(".weight")) {
+      const size_t prefix = std::string_view(kPeftKeyPrefix).size();
+      const std::string module = key.substr(prefix, key.size() - prefix - std::string_view(".weight").size());
+      const bool saved =
+          std::any_of(config.modules_to_save.begin(), config.modules_to_save.end(), [&](const std::string& e) {
+            return lora::LoraConfig::ends_with_component(module, e);
+          });
+      if (saved) {
+        loaded.saved_modules[module] = trainable_fp32(file, key).detach();
+        continue;
+      }
+    }
     TORCH_CHECK(is_a || is_b,
                 weights_where,
                 ": tensor '",
                 key,
-                "' is not a lora_A.weight or lora_B.weight; it belongs to a feature qtrain does not support "
-                "(DoRA magnitudes, LoRA biases, embedding LoRA, saved modules), so the adapter is not supported");
+                "' is not a lora_A.weight or lora_B.weight, nor the weight of a module that \"modules_to_save\" in ",
+                config_where,
+                " names; it belongs to a feature qtrain does not support (DoRA magnitudes, LoRA biases, embedding "
+                "LoRA), so the adapter is not supported");
     const size_t prefix = std::string_view(kPeftKeyPrefix).size();
     const std::string module = key.substr(prefix, key.size() - prefix - kSuffixA.size());
     TORCH_CHECK(!module.empty(), weights_where, ": tensor '", key, "' names no module");
     (is_a ? modules[module].a : modules[module].b) = key;
   }
   TORCH_CHECK(!modules.empty(), weights_where, ": holds no LoRA weights");
+  for (const std::string& entry : config.modules_to_save) {
+    TORCH_CHECK(std::any_of(loaded.saved_modules.begin(),
+                            loaded.saved_modules.end(),
+                            [&](const auto& m) { return lora::LoraConfig::ends_with_component(m.first, entry); }),
+                weights_where,
+                ": \"modules_to_save\" in ",
+                config_where,
+                " names '",
+                entry,
+                "' but the file holds no weight of such a module (",
+                kPeftKeyPrefix,
+                "<module>.weight); the adapter is incomplete");
+  }
 
   for (const auto& [module, pair] : modules) {
     TORCH_CHECK(pair.a && pair.b,

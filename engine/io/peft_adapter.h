@@ -4,9 +4,9 @@
 // Adapters are qtrain's output, and users take them to PEFT, vLLM, axolotl or a merge script, so
 // the writer produces exactly what PEFT writes (every config field PEFT 0.21 writes, the same
 // tensor keys) and the reader accepts what PEFT writes for plain LoRA, per-module ranks and alphas
-// (rank_pattern, alpha_pattern) included. Anything that would change the adapter's meaning and
-// that qtrain does not implement (DoRA, fully-trained extra modules, LoRA biases, ...) is refused
-// by name rather than dropped.
+// (rank_pattern, alpha_pattern), LoRA on MoE experts and routers and the embeddings and head
+// trained in full (modules_to_save) included. Anything that would change the adapter's meaning and
+// that qtrain does not implement (DoRA, LoRA biases, ...) is refused by name rather than dropped.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,6 +33,9 @@ inline constexpr const char* kPeftFormatVersion = "0.21.2";
 // `config` and have its module's rank and scaling (LoraConfig::for_module: rank_pattern and
 // alpha_pattern, matched for an expert adapter against its parameter's path). Tensors are saved in `save_dtype` (fp32,
 // bf16 or fp16) under "base_model.model.<module>.lora_A.weight" / ".lora_B.weight".
+// `saved_modules` (module path -> weight) are the modules trained in full, which config's
+// modules_to_save must name; each is saved as "base_model.model.<module>.weight", as PEFT saves a
+// ModulesToSaveWrapper's copy.
 // target_modules is written as the sorted distinct last components of the adapted modules
 // ("k_proj", "q_proj", ...): PEFT then attaches LoRA to every module with such a name, so
 // `adapters` should cover all of them, as the trainer's do.
@@ -51,13 +54,17 @@ void save_peft_adapter(const std::filesystem::path& dir,
                        const std::map<std::string, lora::LoraAdapter>& adapters,
                        const std::string& base_model_name_or_path,
                        at::ScalarType save_dtype = at::kFloat,
-                       AdapterFolder folder = AdapterFolder::own);
+                       AdapterFolder folder = AdapterFolder::own,
+                       const std::map<std::string, at::Tensor>& saved_modules = {});
 
 struct LoadedAdapter {
   lora::LoraConfig config;
   // HF module path -> adapter with fp32 CPU weights that require grad (bf16/fp16 files are
   // upcast, as PEFT's autocast_adapter_dtype does), scaling and dropout from the config.
   std::map<std::string, lora::LoraAdapter> adapters;
+  // The modules trained in full (modules_to_save): module path ("model.embed_tokens", "lm_head")
+  // -> its float32 CPU weight (Note [Modules trained in full] in engine/model/saved_modules.h).
+  std::map<std::string, at::Tensor> saved_modules;
   std::string base_model;  // base_model_name_or_path; empty when null
 };
 

@@ -47,6 +47,11 @@ struct LoraConfig {
   // (its writer sorts), so an adapter's come in that order.
   std::vector<std::pair<std::string, int64_t>> rank_pattern;
   std::vector<std::pair<std::string, double>> alpha_pattern;
+  // PEFT's modules_to_save (axolotl's lora_modules_to_save): modules trained in full beside the
+  // adapters, as trainable copies saved in the adapter. qtrain trains the token embeddings and
+  // the output head so ("embed_tokens", "lm_head", or a dotted suffix of their paths); see Note
+  // [Modules trained in full] in engine/model/saved_modules.h.
+  std::vector<std::string> modules_to_save;
 
   // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT computes both in double, as here).
   double scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r; }
@@ -137,6 +142,14 @@ struct LoraConfig {
                   ": LoRA target module '",
                   entry,
                   "' is not a module name; use a name such as q_proj or a dotted suffix such as self_attn.q_proj");
+    }
+    for (const std::string& entry : modules_to_save) {
+      TORCH_CHECK(ends_with_component(entry, "embed_tokens") || ends_with_component(entry, "lm_head"),
+                  where,
+                  ": modules_to_save names '",
+                  entry,
+                  "'; qtrain trains the token embeddings and the output head in full (embed_tokens, lm_head) and "
+                  "no other module");
     }
     if (!target_modules_regex.empty()) {
       const std::string problem = regex_problem(target_modules_regex);

@@ -398,7 +398,7 @@ at::Tensor CausalLM::embed(const at::Tensor& ids) const {
               "a token id is outside the model's vocabulary [0, ",
               config_.vocab_size,
               "): the data was tokenized for another model");
-  auto h = at::embedding(embed_, ids.to(device_));
+  auto h = at::embedding(embed_weight(), ids.to(device_));
   return embed_scale_.defined() ? h * embed_scale_ : h;
 }
 
@@ -419,7 +419,7 @@ at::Tensor CausalLM::final_norm(const at::Tensor& h) const {
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& h) const {
-  auto logits = at::matmul(h, lm_head_.t());
+  auto logits = at::matmul(h, head_weight().t());
   return config_.final_logit_softcap ? ops::softcap_logits(logits, *config_.final_logit_softcap) : logits;
 }
 
@@ -438,7 +438,7 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
   const auto chunk =
       ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   auto sum = ops::chunked_cross_entropy_sum(
-      h.reshape({-1, h.size(-1)}), lm_head_, shifted, chunk, config_.final_logit_softcap);
+      h.reshape({-1, h.size(-1)}), head_weight(), shifted, chunk, config_.final_logit_softcap);
   return {sum, count};
 }
 
@@ -448,7 +448,45 @@ std::vector<at::Tensor> CausalLM::trainable_parameters() const {
     auto p = l.trainable_parameters();
     params.insert(params.end(), p.begin(), p.end());
   }
+  for (const auto* t : {&trained_embed_, &trained_head_}) {
+    if (t->defined()) params.push_back(*t);
+  }
   return params;
+}
+
+namespace {
+
+void check_trained(const at::Tensor& w, const at::Tensor& frozen, const at::Device& device, const char* what) {
+  TORCH_CHECK(!w.defined() || (w.scalar_type() == at::kFloat && w.sizes() == frozen.sizes() && w.device() == device &&
+                               w.is_leaf() && w.requires_grad()),
+              "the trained ",
+              what,
+              " must be a float32 trainable leaf of shape ",
+              frozen.sizes(),
+              " on ",
+              device,
+              ", got ",
+              w.defined() ? c10::str(w.scalar_type(), " ", w.sizes(), " on ", w.device()) : std::string());
+}
+
+}  // namespace
+
+void CausalLM::set_trained_embed_tokens(const at::Tensor& weight) {
+  check_trained(weight, embed_, device_, "embed_tokens");
+  trained_embed_ = weight;
+}
+
+void CausalLM::set_trained_lm_head(const at::Tensor& weight) {
+  check_trained(weight, lm_head_, device_, "lm_head");
+  trained_head_ = weight;
+}
+
+at::Tensor CausalLM::embed_weight() const {
+  return trained_embed_.defined() ? trained_embed_.to(dtype_) : embed_;
+}
+
+at::Tensor CausalLM::head_weight() const {
+  return trained_head_.defined() ? trained_head_.to(dtype_) : lm_head_;
 }
 
 }  // namespace qtrain::engine::model

@@ -71,17 +71,33 @@ class CausalLM {
   // transformers' convention (shifted inside: position t predicts label t+1; -100 ignored).
   std::pair<at::Tensor, int64_t> loss_sum(const at::Tensor& h, const at::Tensor& labels) const;
 
-  // Every LoRA tensor of the model, layer by layer.
+  // Every LoRA tensor of the model, layer by layer, then the modules trained in full.
   std::vector<at::Tensor> trainable_parameters() const;
 
+  // The token embeddings and the output head trained in full (PEFT's modules_to_save; Note
+  // [Modules trained in full] in engine/model/saved_modules.h): float32 trainable leaves [V, H]
+  // that embed(), logits() and loss_sum() use in place of the frozen ones, or undefined.
+  const at::Tensor& trained_embed_tokens() const { return trained_embed_; }
+  const at::Tensor& trained_lm_head() const { return trained_head_; }
+  // Sets one (a float32 leaf of the embeddings' shape, on the model's device; checked), or
+  // clears it with an undefined tensor.
+  void set_trained_embed_tokens(const at::Tensor& weight);
+  void set_trained_lm_head(const at::Tensor& weight);
+
  private:
+  // The embeddings and output head as this step computes with them: the trained copies in the
+  // compute dtype where there are (differentiable into them), else the frozen ones.
+  at::Tensor embed_weight() const;
+  at::Tensor head_weight() const;
+
   ModelConfig config_;
   at::ScalarType dtype_ = at::kFloat;
   at::Device device_ = at::kCPU;
-  at::Tensor embed_;        // [V, H]
-  at::Tensor norm_;         // [H]
-  at::Tensor lm_head_;      // [V, H]; the embedding itself when tied
-  at::Tensor embed_scale_;  // Gemma: sqrt(H) in the compute dtype; undefined otherwise
+  at::Tensor embed_;                         // [V, H]
+  at::Tensor norm_;                          // [H]
+  at::Tensor lm_head_;                       // [V, H]; the embedding itself when tied
+  at::Tensor embed_scale_;                   // Gemma: sqrt(H) in the compute dtype; undefined otherwise
+  at::Tensor trained_embed_, trained_head_;  // float32 [V, H] leaves, or undefined
   at::Tensor inv_freq_;
   at::Tensor sliding_inv_freq_;  // Gemma 3's sliding layers; undefined otherwise
   std::vector<DecoderLayer> layers_;

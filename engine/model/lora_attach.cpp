@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "engine/lora/expert_lora.h"
+#include "engine/model/saved_modules.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -82,6 +83,7 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
               " and ",
               model.layers().at(0).down.name,
               " (use the last component, e.g. q_proj, or lora_target_linear: true)");
+  attach_new_saved_modules(model, config);
   return adapted;
 }
 
@@ -160,6 +162,7 @@ void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::s
                 "; use the base it was trained on, or an adapter trained on this one");
     linear->lora = trainable_on(a, model.device());
   }
+  attach_saved_modules(model, adapter.saved_modules, source);
 }
 
 std::map<std::string, lora::LoraAdapter> lora_adapters(const CausalLM& model) {

@@ -28,12 +28,13 @@ namespace qtrain::engine::model {
 // down_proj it names. The config is applied as given: a run's goes through peft_targets first
 // (engine/model/peft_targets.h). A is drawn from one CPU generator seeded with `seed`, layer by
 // layer in module order (the router, then the experts, after the linears), so a seed reproduces
-// the adapter. Returns the number of adapted layers; zero is an error naming the
-// targets and the model's module names.
+// the adapter. The modules its modules_to_save names get trainable copies (saved_modules.h). Returns the number of
+// adapted layers; zero is an error naming the targets and the model's module names.
 int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_t seed);
 
-// The adapter's tensors on the modules they name; every module must exist in the model with
-// matching shapes (expert adapters: see Note [Expert LoRA module names]).
+// The adapter's tensors on the modules they name, and its modules trained in full; every module
+// must exist in the model with matching shapes (expert adapters: see Note [Expert LoRA module
+// names]).
 void attach_lora(CausalLM& model, const io::LoadedAdapter& adapter, const std::string& source);
 
 // Every adapter of the model, by PEFT module path (e.g. "model.layers.0.self_attn.q_proj",

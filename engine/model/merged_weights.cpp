@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/lora/lora_linear.h"
+#include "engine/model/saved_modules.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -94,6 +95,23 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
       weights[moe->router_stored] = moe->router_lora ? lora::lora_merged_weight(w, *moe->router_lora) : w;
     }
   }
+  // The modules trained in full take the base's place (Note [Modules trained in full]); on a
+  // model with tied embeddings the two are written apart, the head as lm_head.weight of its own.
+  std::vector<std::pair<std::string, at::Tensor>> untied;
+  if (lm.trained_embed_tokens().defined() || lm.trained_lm_head().defined()) {
+    const auto embed = lm.trained_embed_tokens().defined() ? lm.trained_embed_tokens() : lm.embed_tokens();
+    const auto head = lm.trained_lm_head().defined() ? lm.trained_lm_head() : lm.lm_head();
+    std::string embed_name = embed_tokens_module(lm.config()) + ".weight";
+    if (!folder.contains(embed_name) && folder.contains("language_model.model.embed_tokens.weight")) {
+      embed_name = "language_model.model.embed_tokens.weight";  // the older multimodal layout
+    }
+    weights[embed_name] = embed.detach().to(at::kFloat);
+    if (folder.contains("lm_head.weight")) {
+      weights["lm_head.weight"] = head.detach().to(at::kFloat);
+    } else {
+      untied.emplace_back("lm_head.weight", head.detach().to(dtype).contiguous());
+    }
+  }
   for (const auto& [name, w] : weights) {
     TORCH_CHECK(folder.contains(name),
                 folder.dir().string(),
@@ -117,7 +135,12 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
       out.emplace_back(name, at::isFloatingType(t.scalar_type()) ? t.to(dtype) : t);
     }
   }
+  out.insert(out.end(), untied.begin(), untied.end());
   return out;
+}
+
+bool merge_unties_embeddings(const CausalLM& lm) {
+  return lm.config().tie_word_embeddings && (lm.trained_embed_tokens().defined() || lm.trained_lm_head().defined());
 }
 
 }  // namespace qtrain::engine::model

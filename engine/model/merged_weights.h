@@ -14,11 +14,17 @@
 
 namespace qtrain::engine::model {
 
-// Every tensor of `folder` in its order, in `dtype` where it is a float: each linear and expert
-// weight as W + scaling * B @ A (computed in float32 from the dequantized base, rounded once),
-// other tensors as stored. A pre-quantized base's bitsandbytes state is dropped with its weight.
+// Every tensor of `folder` in its order, in `dtype` where it is a float: each linear, router and
+// expert weight as W + scaling * B @ A (computed in float32 from the dequantized base, rounded
+// once), the embeddings and head trained in full as trained, other tensors as stored. A
+// pre-quantized base's bitsandbytes state is dropped with its weight. Where the embeddings are
+// tied and one of the two was trained, lm_head.weight follows as a tensor of its own.
 std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,
                                                                const io::HfFolder& folder,
                                                                at::ScalarType dtype);
+
+// Whether merged_tensors writes tied embeddings apart (see above): the merged config.json must
+// then say tie_word_embeddings: false, or transformers would tie them again on load.
+bool merge_unties_embeddings(const CausalLM& lm);
 
 }  // namespace qtrain::engine::model

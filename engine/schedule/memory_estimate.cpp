@@ -12,6 +12,7 @@
 
 #include "engine/model/grouped_expert_linear.h"
 #include "engine/model/moe_block.h"
+#include "engine/model/saved_modules.h"
 #include "engine/schedule/tiled_mlp.h"
 #include "offload/blob_layout.h"
 #include "ops/linear_int8.h"
@@ -163,6 +164,20 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
   return sizes;
 }
 
+// Whether `lora` trains the token embeddings / the output head in full (modules_to_save).
+struct TrainedInFull {
+  bool embed_tokens = false, lm_head = false;
+};
+
+TrainedInFull trained_in_full(const model::ModelConfig& c, const lora::LoraConfig& lora) {
+  TrainedInFull t;
+  for (const std::string& m : lora.modules_to_save) {
+    t.embed_tokens |= lora::LoraConfig::ends_with_component(model::embed_tokens_module(c), m);
+    t.lm_head |= lora::LoraConfig::ends_with_component(model::kLmHeadModule, m);
+  }
+  return t;
+}
+
 bool is_4bit(const model::QuantSpec& q) {
   return q.kind == model::QuantSpec::Kind::nf4 || q.kind == model::QuantSpec::Kind::fp4;
 }
@@ -294,7 +309,9 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     const bool input_kept = attention.k_eq_v && c.qk_norm && s == 4;
     saved += (input_kept ? 0 : N * kvd * 4) + N * kv_heads * row;
   }
-  saved += lora_saved({adapted[0], adapted[1], adapted[2]}, H, N, shape, false, /*input_needs_grad=*/layer != 0);
+  // The first layer's input needs a gradient only when the embeddings train.
+  const bool input_needs_grad = layer != 0 || trained_in_full(c, shape.lora).embed_tokens;
+  saved += lora_saved({adapted[0], adapted[1], adapted[2]}, H, N, shape, false, input_needs_grad);
   // o's input is a view of a fused attention kernel's output, which the kernel keeps; the
   // soft-capped attention keeps no output.
   saved += lora_saved({adapted[3]}, qd, N, shape, /*input_kept=*/!c.attn_logit_softcap);
@@ -461,6 +478,14 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
     }
   }
 
+  // The modules trained in full: a float32 copy [V, H] each, with its gradient and moments as a
+  // LoRA tensor has (Note [Modules trained in full]).
+  const auto full = trained_in_full(c, shape.lora);
+  for (const bool trained : {full.embed_tokens, full.lm_head}) {
+    if (trained)
+      in.lora_bytes += V * H * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(V * H) : V * H * 4 * 2);
+  }
+
   const int64_t rope_rows = shape.per_row_positions ? B : 1;
   in.saved_outside_layers =
       N * (H * 4 + norm_row_bytes(c)) + N * H * s + N * 8 + 2 * rope_rows * T * rope_dims * s + 4 * N * 8;
@@ -468,6 +493,9 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   const bool softcap = c.final_logit_softcap.has_value();
   const int64_t chunk = std::min(ops::cross_entropy_chunk_tokens(V, shape.dtype, softcap), N);
   in.loss_workspace = chunk * V * ops::cross_entropy_bytes_per_logit(shape.dtype, softcap) + N * H * s;
+  // A trained head outside float32: its copy in the compute dtype, which the loss keeps, and that
+  // copy's gradient before it is cast into the float32 one.
+  if (full.lm_head && s < 4) in.loss_workspace += 2 * V * H * s;
   in.library_workspace = shape.device == c10::DeviceType::CUDA ? kCublasWorkspaceBytes : 0;
   return in;
 }

@@ -92,6 +92,7 @@ lora::LoraConfig lora_config(const config::RunConfig& config, const model::Model
   c.target_parameters = config.lora_target_parameters;
   c.rank_pattern = config.lora_rank_pattern;
   c.alpha_pattern = config.lora_alpha_pattern;
+  c.modules_to_save = config.lora_modules_to_save;
   return model::peft_targets(c, model, "the run config");
 }
 

@@ -142,6 +142,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
                          const Optimizer& optimizer,
                          const lora::LoraConfig& lora,
                          const std::map<std::string, lora::LoraAdapter>& adapters,
+                         const std::map<std::string, at::Tensor>& saved_modules,
                          const std::string& base_model,
                          const std::string& run_config_yaml) {
   const auto final_dir = output_dir / ("checkpoint-" + std::to_string(state.global_step));
@@ -149,7 +150,7 @@ fs::path save_checkpoint(const fs::path& output_dir,
   io::remove_tree(tmp);  // a leftover of a crash during an earlier write
   try {
     fs::create_directories(tmp);
-    io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared);
+    io::save_peft_adapter(tmp, lora, adapters, base_model, at::kFloat, io::AdapterFolder::shared, saved_modules);
     io::safetensors_save(tmp / kOptimizerFile, optimizer.state_tensors());
     std::vector<std::pair<std::string, at::Tensor>> rng;
     for (size_t r = 0; r < state.rng_cpu.size(); ++r) rng.emplace_back(rng_key("cpu", r), state.rng_cpu[r]);
@@ -278,6 +279,7 @@ CheckpointContents load_checkpoint(const fs::path& dir) {
   for (auto& [k, v] : io::safetensors_load(dir / kOptimizerFile)) c.optimizer.emplace(k, v.clone());
   auto adapter = io::load_peft_adapter(dir);
   c.adapters = std::move(adapter.adapters);
+  c.saved_modules = std::move(adapter.saved_modules);
   c.lora = adapter.config;
   return c;
 }

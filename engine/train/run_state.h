@@ -39,6 +39,7 @@ struct CheckpointContents {
   // before checkpoints recorded it, when qtrain had no other).
   std::string optimizer_name;
   std::map<std::string, lora::LoraAdapter> adapters;
+  std::map<std::string, at::Tensor> saved_modules;  // the modules trained in full, by module path
   lora::LoraConfig lora;
 };
 
@@ -48,6 +49,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir,
                                       const Optimizer& optimizer,
                                       const lora::LoraConfig& lora,
                                       const std::map<std::string, lora::LoraAdapter>& adapters,
+                                      const std::map<std::string, at::Tensor>& saved_modules,
                                       const std::string& base_model,
                                       const std::string& run_config_yaml);
 

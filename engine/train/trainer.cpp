@@ -1,6 +1,7 @@
 // See trainer.h.
 #include "engine/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "engine/dist/sharded_base.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
+#include "engine/model/saved_modules.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/schedule/rng_state.h"
 #include "engine/train/clip_grad.h"
@@ -170,6 +172,13 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         if (l->lora) l->lora->dropout = c.lora_dropout;
       }
     }
+    // lora_modules_to_save the adapter does not train yet start from the base's weights.
+    for (const std::string& m : c.lora_modules_to_save) {
+      if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), m) == lora.modules_to_save.end()) {
+        lora.modules_to_save.push_back(m);
+      }
+    }
+    model::attach_new_saved_modules(lm, lora);
   } else {
     model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
   }
@@ -181,6 +190,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   for (const auto& [key, alpha] : lora.alpha_pattern) {
     patterns += ", alpha " + c10::str(alpha) + " for " + key;
   }
+  for (const auto& [module, weight] : model::saved_modules(lm)) patterns += ", " + module + " trained in full";
   std::fprintf(out,
                "lora: r %lld, alpha %g%s%s, %zu tensors, %lld trainable parameters\n",
                static_cast<long long>(lora.r),
@@ -308,6 +318,28 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       adapter.a.copy_(it->second.a);
       adapter.b.copy_(it->second.b);
     }
+    const auto saved = model::saved_modules(lm);
+    for (const auto& [module, weight] : saved) {
+      const auto it = ck.saved_modules.find(module);
+      TORCH_CHECK(it != ck.saved_modules.end() && it->second.sizes() == weight.sizes(),
+                  (resume / io::kPeftWeightsFile).string(),
+                  ": the checkpoint has ",
+                  it == ck.saved_modules.end() ? std::string("no weight") : c10::str("a weight ", it->second.sizes()),
+                  " for '",
+                  module,
+                  "', which this run trains in full as ",
+                  weight.sizes(),
+                  "; it belongs to a run with other lora_modules_to_save or another base: resume with that run's "
+                  "config, or start a new run");
+      weight.copy_(it->second);
+    }
+    TORCH_CHECK(ck.saved_modules.size() == saved.size(),
+                (resume / io::kPeftWeightsFile).string(),
+                ": the checkpoint trains ",
+                ck.saved_modules.size(),
+                " module(s) in full and this run ",
+                saved.size(),
+                "; resume with the lora_modules_to_save of the run that wrote it");
     load_optimizer_state(ck, resume, *optimizer);
     state = ck.state;
     schedule::set_rng_state(at::kCPU, state.rng_cpu.at(comm.rank()));
@@ -336,8 +368,14 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
           gather_states(comm, schedule::rng_state(options.device), "gathering generator states for " + name);
     }
     if (comm.lead()) {
-      const auto dir = save_checkpoint(
-          c.output_dir, state, *optimizer, lora, model::lora_adapters(lm), c.base_model.string(), config_yaml);
+      const auto dir = save_checkpoint(c.output_dir,
+                                       state,
+                                       *optimizer,
+                                       lora,
+                                       model::lora_adapters(lm),
+                                       model::saved_modules(lm),
+                                       c.base_model.string(),
+                                       config_yaml);
       prune_checkpoints(c.output_dir, c.save_total_limit);
       std::fprintf(out, "checkpoint: %s\n", dir.c_str());
     }
@@ -523,8 +561,13 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   if (!result.interrupted) {
     comm.barrier("waiting for every rank to finish training");
     if (comm.lead()) {
-      io::save_peft_adapter(
-          c.output_dir, lora, model::lora_adapters(lm), c.base_model.string(), at::kFloat, io::AdapterFolder::shared);
+      io::save_peft_adapter(c.output_dir,
+                            lora,
+                            model::lora_adapters(lm),
+                            c.base_model.string(),
+                            at::kFloat,
+                            io::AdapterFolder::shared,
+                            model::saved_modules(lm));
       std::fprintf(out, "adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
     }
     comm.barrier("waiting for rank 0 to write the adapter");

@@ -9,6 +9,11 @@ soft-caps small enough to bite, Gemma 3's local rope and linearly scaled global 
 under --out/<arch>/:
   base/                     the tiny random model (transformers save_pretrained, float32)
   adapter/                  a PEFT LoRA adapter on all linear layers, with random A and B
+  adapter_saved/            (llama, qwen3) the same with modules_to_save ["embed_tokens", "lm_head"],
+                            the trained copies moved off the base (qwen3's tied embedding into two
+                            copies); reference.safetensors' saved.logits, saved.loss and
+                            saved.grad.<module>[.lora_A|.lora_B] (model.embed_tokens, lm_head too)
+                            are for it, float32
   reference.safetensors     input ids, labels, and logits / loss / LoRA gradients for the base
                             in float32, NF4 (double quant) and INT8 (bitsandbytes), each with and
                             without the adapter; and int8_exact.*: INT8 evaluation with
@@ -92,6 +97,10 @@ def run(model, ids, labels, train):
                 # base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight -> module.lora_A
                 module = name.split("base_model.model.")[1].replace(".default.weight", "")
                 result["grad." + module] = p.grad.detach().clone()
+            elif p.requires_grad and p.grad is not None and ".modules_to_save." in name:
+                # base_model.model.lm_head.modules_to_save.default.weight -> lm_head
+                module = name.split("base_model.model.")[1].split(".modules_to_save.")[0]
+                result["grad." + module] = p.grad.detach().clone()
     return result
 
 
@@ -125,6 +134,8 @@ def make_arch(arch, root):
             if "lora_B" in name:
                 p.normal_(0, 0.05)
     peft_model.save_pretrained(adapter_dir)
+    if arch in SAVED_MODULES_ARCHS:
+        saved_modules_adapter(base_dir, os.path.join(root, "adapter_saved"))
 
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=gen)
@@ -141,7 +152,33 @@ def make_arch(arch, root):
         with_adapter = PeftModel.from_pretrained(load(base_dir, quant), adapter_dir, is_trainable=True)
         for k, v in run(with_adapter, ids, labels, train=True).items():
             tensors[f"{quant}.lora.{k}"] = v
+    if arch in SAVED_MODULES_ARCHS:
+        with_saved = PeftModel.from_pretrained(load(base_dir, "fp32"), os.path.join(root, "adapter_saved"),
+                                               is_trainable=True)
+        for k, v in run(with_saved, ids, labels, train=True).items():
+            tensors[f"saved.{k}"] = v
     return tensors
+
+
+# Untied (llama) and tied (qwen3) embeddings for the adapter with modules trained in full.
+SAVED_MODULES_ARCHS = ("llama", "qwen3")
+
+
+def saved_modules_adapter(base_dir, adapter_dir):
+    """A PEFT adapter with modules_to_save=["embed_tokens", "lm_head"] beside LoRA on every linear:
+    random B, and the trained copies moved off the base (on qwen3 the two copies of the tied
+    embedding each their own way), so that loading them is visible."""
+    torch.manual_seed(11)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS,
+                                                  modules_to_save=["embed_tokens", "lm_head"]))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+            if ".modules_to_save." in name:
+                p.add_(torch.randn_like(p) * 0.05)
+    peft_model.save_pretrained(adapter_dir)
 
 
 def int8_exact(arch, root, tensors):

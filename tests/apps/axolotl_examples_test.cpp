@@ -1,11 +1,11 @@
 // axolotl's example configs (tests/data/axolotl_examples/, copied with keys and values unchanged)
 // with only base_model and the dataset path made local. The Llama 3, Mistral, Qwen2 and Qwen3
-// LoRA/QLoRA examples on alpaca data load with no problem and train end to end on a tiny random
-// model of their family with that family's stand-in tokenizer (max_steps 2, sequence_len 128 and
-// device cpu set from the command line to keep the test short); their evaluations and checkpoints
-// come at the steps axolotl's evals_per_epoch / saves_per_epoch give, and Mistral's loss watchdog
-// stops a run whose loss stays high. Gemma 2's and Gemma 4 26B-A4B's (on a tiny Gemma 4 MoE shaped
-// as the release) train; Gemma 3's reports its one remaining problem with its place.
+// LoRA/QLoRA examples on alpaca data (lora-8b.yml's embeddings and head trained in full) load with no problem and train
+// end to end on a tiny random model of their family with that family's stand-in tokenizer (max_steps 2, sequence_len
+// 128 and device cpu set from the command line to keep the test short); their evaluations and checkpoints come at the
+// steps axolotl's evals_per_epoch / saves_per_epoch give, and Mistral's loss watchdog stops a run whose loss stays
+// high. Gemma 2's and Gemma 4 26B-A4B's (on a tiny Gemma 4 MoE shaped as the release) train; Gemma 3's reports its one
+// remaining problem with its place.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,6 +197,8 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
       {"llama-3/lora-1b.yml", Architecture::llama, "llama3", "alpaca.jsonl", 2, {}},    // num_epochs 1
       // chat_template: llama3, num_epochs 4, evals_per_epoch 4.
       {"llama-3/instruct-lora-8b.yml", Architecture::llama, "llama3", "messages.jsonl", 2, {1, 2}},
+      // load_in_8bit, lora_modules_to_save: [embed_tokens, lm_head], num_epochs 4, evals_per_epoch 4.
+      {"llama-3/lora-8b.yml", Architecture::llama, "llama3", "alpaca.jsonl", 2, {1, 2}},
       {"mistral/qlora.yml", Architecture::mistral, "mistral_v01", "alpaca.jsonl", 2, {}},
       {"mistral/lora.yml", Architecture::mistral, "mistral_v01", "alpaca.jsonl", 2, {}},  // load_in_8bit
       {"qwen2/qlora-fsdp.yaml", Architecture::qwen2, "qwen3", "alpaca.jsonl", 2, {1, 2}},
@@ -225,6 +227,11 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
     }
     EXPECT_TRUE(fs::exists(out / "adapter_model.safetensors")) << log;
   }
+  // lora-8b.yml trains the embeddings and the head in full, saved beside the adapter as peft saves
+  // its modules_to_save.
+  const auto adapter = engine::io::SafetensorsFile::open(dir_ / "out-llama-3_lora-8b" / "adapter_model.safetensors");
+  EXPECT_TRUE(adapter.contains("base_model.model.model.embed_tokens.weight"));
+  EXPECT_TRUE(adapter.contains("base_model.model.lm_head.weight"));
 }
 
 // mistral/qlora.yml's loss_watchdog_threshold: 5.0 and patience 3 stop a run whose loss stays

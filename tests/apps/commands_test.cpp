@@ -194,6 +194,29 @@ TEST_F(Commands, MergeWritesAPlainFolderTransformersLoadsWithTheAdaptersLoss) {
   EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("fp32.lora.loss").item<double>(), 1e-5);
 }
 
+TEST_F(Commands, MergeWritesTiedEmbeddingsTrainedInFullApartSoTransformersKeepsBoth) {
+  // Qwen3's tied embedding trained as two copies (peft's modules_to_save: embed_tokens and
+  // lm_head): the merged folder holds both, lm_head.weight apart, with tie_word_embeddings false,
+  // and transformers without peft computes the loss peft computes on base + adapter.
+  const auto fixture = test::model_fixture("qwen3");
+  std::ofstream(dir_ / "tied.yaml") << "base_model: " << (fixture / "base").string()
+                                    << "\nlora_target_linear: true\ndevice: cpu\n";
+  const auto out = dir_ / "merged_tied";
+  const auto r = run(qtrain() + " merge " + (dir_ / "tied.yaml").string() + " --adapter " +
+                     (fixture / "adapter_saved").string() + " --dtype fp32 --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto merged = engine::io::HfFolder::open(out);
+  EXPECT_FALSE(merged.config().at("tie_word_embeddings").get<bool>());
+  EXPECT_TRUE(merged.contains("lm_head.weight"));
+  EXPECT_FALSE(engine::io::HfFolder::open(fixture / "base").contains("lm_head.weight"));
+  if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto ref = engine::io::SafetensorsFile::open(fixture / "reference.safetensors");
+  const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +
+                      out.string() + " " + (fixture / "reference.safetensors").string());
+  ASSERT_EQ(hf.status, 0) << hf.out;
+  EXPECT_NEAR(std::stod(last_line(hf.out)), ref.tensor("saved.loss").item<double>(), 1e-5);
+}
+
 TEST_F(Commands, MergeFoldsExpertAndRouterLoraIntoEachLayoutTransformersLoads) {
   // Expert LoRA (PEFT target_parameters) folded into the experts, written back in the layout the
   // base has: per-expert gate_proj/up_proj/down_proj (qwen3_moe), fused 3-D gate_up_proj and

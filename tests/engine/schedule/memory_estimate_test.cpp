@@ -147,9 +147,13 @@ TEST(MemoryEstimate, WeightsAndLoraStateAreWhatALoadedModelHolds) {
       auto lm = model::CausalLM::load(folder, options);
       lora::LoraConfig lora;
       lora.r = 5;
-      lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj"};
-      lora.target_parameters = {"experts.gate_up_proj", "layers.2.mlp.experts.down_proj", "layers.1.experts.down_proj"};
-      lora.rank_pattern = {{"layers.0.self_attn.q_proj", 3}, {".*\\.gate_up_proj", 7}};
+      // The routers (Gemma 4's router.proj as "proj", the others' gate.weight) and the
+      // embeddings and head trained in full count too.
+      lora.target_modules = {"q_proj", "v_proj", "layers.1.mlp.down_proj", "proj"};
+      lora.target_parameters = {
+          "experts.gate_up_proj", "layers.2.mlp.experts.down_proj", "layers.1.experts.down_proj", "gate.weight"};
+      lora.rank_pattern = {{"layers.0.self_attn.q_proj", 3}, {".*\\.gate_up_proj", 7}, {".*gate.weight", 2}};
+      lora.modules_to_save = {"embed_tokens", "lm_head"};
       model::attach_new_lora(lm, lora, 1);
       MemoryShape shape;
       shape.quant = v.quant;

@@ -73,7 +73,7 @@ class RunStateTest : public ::testing::Test {
     state.global_step = step;
     state.data = {0, step};
     state.rng_cpu = {at::detail::getDefaultCPUGenerator().get_state()};
-    return save_checkpoint(out_, state, *optimizer_, lora_, adapters_, "base", "base_model: base\n");
+    return save_checkpoint(out_, state, *optimizer_, lora_, adapters_, {}, "base", "base_model: base\n");
   }
 
   fs::path out_;

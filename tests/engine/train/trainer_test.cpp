@@ -210,6 +210,35 @@ TEST_F(Trainer, ResumedRunEqualsUninterruptedRunBitwise) {
   }
 }
 
+// The embeddings and the head trained in full beside LoRA (PEFT's modules_to_save, read from a
+// peft adapter that has them): every step's loss follows transformers + peft's, with the copies
+// in the same AdamW, clipping and schedule; and a run resumed from a checkpoint continues
+// bitwise, its copies included (tolerance as LossesMatchTransformersAndPeftForFloatAndNf4Bases).
+TEST_F(Trainer, ModulesTrainedInFullFollowPeftStepForStepAndResume) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  const std::string adapter = "lora_model_dir=" + (base / "adapter_saved").string();
+  const auto full = train(config("saved", {adapter, "save_steps=8"}));
+  const auto ours = losses(full.output_dir);
+  const auto theirs = python_losses((base / "base").string() + " " + (base / "adapter_saved").string() + " " +
+                                    (dir_ / "data.jsonl").string() + " fp32 20 0.002 3");
+  ASSERT_EQ(ours.size(), 20u);
+  ASSERT_EQ(theirs.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(ours[i], theirs[i], 2e-4 * theirs[i]) << "step " << i + 1;
+  const auto resumed = train(
+      config("saved-resumed", {adapter, "resume_from_checkpoint=" + (full.output_dir / "checkpoint-8").string()}));
+  const auto b = losses(resumed.output_dir);
+  ASSERT_EQ(b.size(), 12u);
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ(ours[8 + i], b[i]) << "step " << 9 + i;
+  const auto fa = io::load_peft_adapter(full.output_dir), fb = io::load_peft_adapter(resumed.output_dir);
+  ASSERT_EQ(fa.saved_modules.size(), 2u);
+  for (const auto& [name, weight] : fa.saved_modules) {
+    EXPECT_TRUE(test::bitwise_equal(weight, fb.saved_modules.at(name))) << name;
+    // They trained: away from the copies the run started from.
+    EXPECT_FALSE(at::equal(weight, io::load_peft_adapter(base / "adapter_saved").saved_modules.at(name))) << name;
+  }
+}
+
 // A new adapter of rank 64 on the fixture's 64-wide layers: q_proj's lora_A [64, 64] and
 // down_proj's [64, 96] reach AdamW8bit's 4096-element threshold (8-bit state), k_proj's lora_B
 // [32, 64] does not (float32 state). Checkpoints record the optimizer; resuming continues the
