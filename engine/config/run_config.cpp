@@ -390,6 +390,14 @@ RunConfig read_config(Reader& r) {
   c.weight_decay = r.number("weight_decay", c.weight_decay, at_least(0), "use 0 (none) or a positive decay, e.g. 0.01");
   c.max_grad_norm =
       r.number("max_grad_norm", c.max_grad_norm, at_least(0), "use 0 (no clipping) or a positive norm, e.g. 1.0");
+  if (r.find("loraplus_lr_ratio") != nullptr) {
+    c.loraplus_lr_ratio = r.number(
+        "loraplus_lr_ratio", 1.0, above(0), "use lora_B's learning rate over lora_A's, e.g. 16 (the LoRA+ paper's)");
+  }
+  if (r.find("loraplus_lr_embedding") != nullptr) {
+    c.loraplus_lr_embedding =
+        r.number("loraplus_lr_embedding", 1e-6, at_least(0), "use a learning rate, e.g. 1e-6 (peft's default)");
+  }
 
   r.guard({"gradient_checkpointing"}, [&] {
     if (const Entry* e = r.find("gradient_checkpointing")) {

@@ -215,6 +215,11 @@ struct RunConfig {
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
   double weight_decay = 0.0;
+  // LoRA+ (peft's create_loraplus_optimizer): lora_B trains at loraplus_lr_ratio times the
+  // learning rate of everything else; absent: one rate for all. loraplus_lr_embedding is the rate
+  // of LoRA on embedding layers, which qtrain does not have: read, and without effect.
+  std::optional<double> loraplus_lr_ratio;
+  std::optional<double> loraplus_lr_embedding;
   // Clip the gradient's global L2 norm to this; 0: no clipping.
   double max_grad_norm = 1.0;
 

@@ -161,6 +161,8 @@ std::string to_yaml(const RunConfig& c) {
   line("adam_epsilon", format_double(c.adam_epsilon));
   line("weight_decay", format_double(c.weight_decay));
   line("max_grad_norm", format_double(c.max_grad_norm));
+  line("loraplus_lr_ratio", c.loraplus_lr_ratio ? format_double(*c.loraplus_lr_ratio) : "null");
+  line("loraplus_lr_embedding", c.loraplus_lr_embedding ? format_double(*c.loraplus_lr_embedding) : "null");
   switch (c.gradient_checkpointing) {
     case GradientCheckpointing::off:
       line("gradient_checkpointing", "false");

@@ -34,13 +34,14 @@ void AdamW::step(double lr) {
   const double beta2 = options_.beta2;
   const double bias_correction1 = 1 - std::pow(beta1, step);
   const double bias_correction2 = 1 - std::pow(beta2, step);
-  const double step_size = lr / bias_correction1;
   const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& param = params_[i];
     const auto& grad = param.grad();
     if (!grad.defined()) continue;
-    if (options_.weight_decay != 0) param.mul_(1 - lr * options_.weight_decay);
+    const double lr_i = lr_of(i, lr);
+    const double step_size = lr_i / bias_correction1;
+    if (options_.weight_decay != 0) param.mul_(1 - lr_i * options_.weight_decay);
     exp_avg_[i].lerp_(grad, 1 - beta1);
     exp_avg_sq_[i].mul_(beta2).addcmul_(grad, grad, 1 - beta2);
     const auto denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);

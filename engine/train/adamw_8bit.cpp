@@ -62,8 +62,8 @@ AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, AdamWOptions options)
 // exact nearest code, and nudges a first-moment code whose sign differs from the value's. On a
 // GPU bitsandbytes therefore differs from this (and from its own CPU path) by rounding-level
 // amounts per step; qtrain runs the CPU path's arithmetic on every device.
-void AdamW8bit::step(double lr) {
-  check_step(lr, "AdamW8bit");
+void AdamW8bit::step(double step_lr) {
+  check_step(step_lr, "AdamW8bit");
   at::NoGradGuard no_grad;
   ++step_;
   const double step = static_cast<double>(step_);
@@ -77,6 +77,7 @@ void AdamW8bit::step(double lr) {
     auto& param = params_[i];
     const auto& grad = param.grad();
     if (!grad.defined()) continue;
+    const double lr = lr_of(i, step_lr);
     auto& s = state_[i];
     if (!is_8bit(i)) {
       s.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);

@@ -32,6 +32,19 @@ void check_option(double value, double lo, double hi, bool hi_inclusive, const c
 
 }  // namespace
 
+void Optimizer::set_lr_scales(std::vector<double> scales) {
+  TORCH_CHECK(scales.empty() || scales.size() == params_.size(),
+              "set_lr_scales: ",
+              scales.size(),
+              " learning-rate scales for ",
+              params_.size(),
+              " parameters");
+  for (const double s : scales) {
+    TORCH_CHECK(s > 0 && std::isfinite(s), "set_lr_scales: a learning-rate scale is ", s, "; it must be positive");
+  }
+  lr_scales_ = std::move(scales);
+}
+
 Optimizer::Optimizer(std::vector<at::Tensor> params, AdamWOptions options, const char* who)
     : params_(std::move(params)), options_(options) {
   const double inf = INFINITY;

@@ -48,6 +48,10 @@ class Optimizer {
   // it, and a run resumes only with the optimizer that wrote them.
   virtual std::string_view name() const = 0;
 
+  // Per-parameter multipliers of the step's learning rate, as torch's parameter groups with their
+  // own lr under one schedule (LoRA+: lora_B at loraplus_lr_ratio times the rest). One per
+  // parameter, each > 0; empty (the default): 1 for all.
+  void set_lr_scales(std::vector<double> scales);
   // Sets every parameter's grad to undefined (torch's zero_grad(set_to_none=True)).
   void zero_grad();
   // Updates done so far.
@@ -78,7 +82,11 @@ class Optimizer {
                                   const std::string& source,
                                   const std::string& expected);
 
+  // The learning rate of parameter i in a step whose rate is `lr` (see set_lr_scales).
+  double lr_of(size_t i, double lr) const { return lr_scales_.empty() ? lr : lr * lr_scales_[i]; }
+
   std::vector<at::Tensor> params_;
+  std::vector<double> lr_scales_;
   AdamWOptions options_;
   int64_t step_ = 0;
 };

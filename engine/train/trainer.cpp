@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -42,6 +43,17 @@
 namespace qtrain::engine::train {
 namespace fs = std::filesystem;
 namespace {
+
+// LoRA+ (peft's create_loraplus_optimizer): every lora_B (the linears', the routers' and the
+// experts') at `ratio` times the learning rate; lora_A and the modules trained in full at 1 (peft
+// puts a ModulesToSaveWrapper's weight in its first group, beside lora_A).
+std::vector<double> loraplus_lr_scales(const model::CausalLM& lm, const std::vector<at::Tensor>& params, double ratio) {
+  std::set<const void*> b;
+  for (const auto& [module, adapter] : model::lora_adapters(lm)) b.insert(adapter.b.unsafeGetTensorImpl());
+  std::vector<double> scales;
+  for (const auto& p : params) scales.push_back(b.count(p.unsafeGetTensorImpl()) != 0 ? ratio : 1.0);
+  return scales;
+}
 
 // Steps in a row whose loss or gradient is not finite before the run stops.
 constexpr int64_t kMaxConsecutiveNonFinite = 10;
@@ -248,10 +260,17 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
 
   const auto optimizer = make_optimizer(
       c.optimizer, params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
+  std::string loraplus;
+  if (c.loraplus_lr_ratio) {
+    optimizer->set_lr_scales(loraplus_lr_scales(lm, params, *c.loraplus_lr_ratio));
+    loraplus = c10::str(", LoRA+: lora_B at ", *c.loraplus_lr_ratio, " x learning_rate");
+    if (c.loraplus_lr_embedding) loraplus += " (loraplus_lr_embedding: no LoRA on embeddings here, no effect)";
+  }
   std::fprintf(out,
-               "optimizer: %s, state %.2f MiB\n",
+               "optimizer: %s, state %.2f MiB%s\n",
                std::string(optimizer->name()).c_str(),
-               static_cast<double>(optimizer->state_nbytes()) / (1 << 20));
+               static_cast<double>(optimizer->state_nbytes()) / (1 << 20),
+               loraplus.c_str());
   const auto streamed = make_residency(device_plan, lm, sharded);
   schedule::LayerScheduler scheduler(lm, streamed);
   if (c.tiled_mlp) {

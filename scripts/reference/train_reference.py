@@ -1,9 +1,10 @@
 """A LoRA training run with transformers + peft (+ bitsandbytes for NF4) that qtrain's trainer
 must reproduce: the same base, the same initial adapter, every row in every step (so no data
 order enters), AdamW, a cosine schedule with warmup and gradient clipping as the HF Trainer does
-them, float32, no dropout. Prints the per-step losses as JSON.
+them, float32, no dropout. Prints the per-step losses as JSON. With LORAPLUS_RATIO the optimizer
+is peft's create_loraplus_optimizer (LoRA+: lora_B at that ratio times LR) over the same AdamW.
 
-    python scripts/reference/train_reference.py BASE_DIR ADAPTER_DIR DATA.jsonl QUANT STEPS LR WARMUP
+    python scripts/reference/train_reference.py BASE_DIR ADAPTER_DIR DATA.jsonl QUANT STEPS LR WARMUP [LORAPLUS_RATIO]
 """
 
 import json
@@ -15,6 +16,7 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 import torch
 import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
 from peft import PeftModel
+from peft.optimizers import create_loraplus_optimizer
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, get_cosine_schedule_with_warmup
 
 
@@ -37,7 +39,11 @@ def main():
         ids[i, :len(r["input_ids"])] = torch.tensor(r["input_ids"])
         labels[i, :len(r["labels"])] = torch.tensor(r["labels"])
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=False)
+    if len(sys.argv) > 8:
+        opt = create_loraplus_optimizer(model, torch.optim.AdamW, lr=lr, loraplus_lr_ratio=float(sys.argv[8]),
+                                        betas=(0.9, 0.999), eps=1e-8, foreach=False)
+    else:
+        opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, foreach=False)
     sched = get_cosine_schedule_with_warmup(opt, warmup, steps)
     losses = []
     for _ in range(steps):

@@ -239,6 +239,23 @@ TEST_F(Trainer, ModulesTrainedInFullFollowPeftStepForStepAndResume) {
   }
 }
 
+// LoRA+ (loraplus_lr_ratio): lora_B at 16 times the learning rate, as peft's
+// create_loraplus_optimizer groups the parameters; every step's loss follows transformers + peft's
+// and differs from the run without it (tolerance as LossesMatchTransformersAndPeftForFloatAndNf4Bases).
+TEST_F(Trainer, LoraPlusFollowsPeftsOptimizerStepForStep) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  const auto plus = train(config("loraplus", {"loraplus_lr_ratio=16", "loraplus_lr_embedding=1e-6"}));
+  const auto ours = losses(plus.output_dir);
+  const auto theirs = python_losses((base / "base").string() + " " + (base / "adapter").string() + " " +
+                                    (dir_ / "data.jsonl").string() + " fp32 20 0.002 3 16");
+  ASSERT_EQ(ours.size(), 20u);
+  ASSERT_EQ(theirs.size(), 20u);
+  for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(ours[i], theirs[i], 2e-4 * theirs[i]) << "step " << i + 1;
+  const auto plain = losses(train(config("plain")).output_dir);
+  EXPECT_GT(std::abs(plain.back() - ours.back()), 1e-2 * plain.back()) << "the ratio must change the run";
+}
+
 // A new adapter of rank 64 on the fixture's 64-wide layers: q_proj's lora_A [64, 64] and
 // down_proj's [64, 96] reach AdamW8bit's 4096-element threshold (8-bit state), k_proj's lora_B
 // [32, 64] does not (float32 state). Checkpoints record the optimizer; resuming continues the
