@@ -211,6 +211,7 @@ RunConfig read_config(Reader& r) {
   c.lora_target_linear = r.boolean("lora_target_linear", c.lora_target_linear);
   c.lora_target_parameters = r.module_names("lora_target_parameters");
   c.lora_modules_to_save = r.module_names("lora_modules_to_save");
+  c.unfrozen_parameters = r.strings("unfrozen_parameters", "[^lm_head.weight$, ^model.embed_tokens.weight$[32000:]]");
   r.guard({"lora_modules_to_save"}, [&] {
     for (const std::string& m : c.lora_modules_to_save) {
       if (!lora::LoraConfig::ends_with_component(m, "embed_tokens") &&

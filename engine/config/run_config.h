@@ -154,6 +154,9 @@ struct RunConfig {
   // PEFT's modules_to_save: embed_tokens and / or lm_head trained in full beside the adapters
   // (Note [Modules trained in full] in engine/model/saved_modules.h).
   std::vector<std::string> lora_modules_to_save;
+  // axolotl's unfrozen_parameters: regular expressions of base parameters to train in full
+  // (Note [Unfrozen parameters] in engine/model/unfrozen_parameters.h).
+  std::vector<std::string> unfrozen_parameters;
   // Scale by alpha / sqrt(r) instead of alpha / r.
   bool peft_use_rslora = false;
   // PEFT's rank_pattern / alpha_pattern: regular expressions of module names (or of

@@ -79,6 +79,9 @@ std::string to_yaml(const RunConfig& c) {
   std::vector<std::string> saved;
   for (const std::string& m : c.lora_modules_to_save) saved.push_back(quoted(m));
   line("lora_modules_to_save", "[" + join(saved, ", ") + "]");
+  std::vector<std::string> unfrozen;
+  for (const std::string& p : c.unfrozen_parameters) unfrozen.push_back(quoted(p));
+  line("unfrozen_parameters", "[" + join(unfrozen, ", ") + "]");
   line("peft_use_rslora", boolean_text(c.peft_use_rslora));
   std::vector<std::string> ranks, alphas;
   for (const auto& [pattern, rank] : c.lora_rank_pattern)

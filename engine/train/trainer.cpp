@@ -22,6 +22,7 @@
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/saved_modules.h"
+#include "engine/model/unfrozen_parameters.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/schedule/rng_state.h"
 #include "engine/train/clip_grad.h"
@@ -193,6 +194,32 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     model::attach_new_saved_modules(lm, lora);
   } else {
     model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
+  }
+  if (!c.unfrozen_parameters.empty()) {
+    // The base's parameters by transformers' names: a bitsandbytes checkpoint's quantization
+    // state beside a weight is none.
+    std::vector<std::string> names;
+    for (const auto& name : folder.tensor_names()) {
+      if (name.find(".weight.") == std::string::npos && !name.ends_with(".SCB") && !name.ends_with(".weight_format")) {
+        names.push_back(name);
+      }
+    }
+    const auto unfrozen = model::unfrozen_parameters(lm, names, c.unfrozen_parameters, "unfrozen_parameters");
+    for (const auto& m : unfrozen.modules_to_save) {
+      if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), m) == lora.modules_to_save.end()) {
+        lora.modules_to_save.push_back(m);
+      }
+    }
+    model::attach_new_saved_modules(lm, lora);
+    if (!unfrozen.embed_rows.empty()) model::train_rows_only(lm.trained_embed_tokens(), unfrozen.embed_rows);
+    if (!unfrozen.head_rows.empty()) model::train_rows_only(lm.trained_lm_head(), unfrozen.head_rows);
+    for (const auto& pattern : unfrozen.unmatched) {
+      std::fprintf(out,
+                   "unfrozen_parameters: '%s' matches no parameter of the base (they are named like %s and "
+                   "model.layers.0.input_layernorm.weight), so it unfreezes nothing; the adapters train as usual\n",
+                   pattern.c_str(),
+                   (model::embed_tokens_module(lm.config()) + ".weight").c_str());
+    }
   }
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
