@@ -245,6 +245,18 @@ bool is_off(const json& v) {
          (v.is_array() && v.empty()) || (v.is_string() && v.get_ref<const std::string&>().empty());
 }
 
+// A list of names (target_parameters, modules_to_save): null or absent is empty.
+std::vector<std::string> read_names(const json* names, const char* key, const char* what, const std::string& where) {
+  std::vector<std::string> out;
+  if (names == nullptr || names->is_null()) return out;
+  TORCH_CHECK(names->is_array(), where, ": \"", key, "\" is ", names->dump(), "; it must be a list of ", what);
+  for (const json& n : *names) {
+    TORCH_CHECK(n.is_string(), where, ": \"", key, "\" has the entry ", n.dump(), "; entries must be strings");
+    out.push_back(n.get<std::string>());
+  }
+  return out;
+}
+
 // One of peft's per-module maps (rank_pattern: integers, alpha_pattern: numbers), from regular
 // expressions of module names to values. A JSON object's keys come sorted (std::map), the order
 // peft reads them in from its own sorted file, so the first key that matches is peft's.
@@ -357,31 +369,12 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
-  if (const json* saved = find("modules_to_save"); saved != nullptr && !saved->is_null()) {
-    TORCH_CHECK(saved->is_array(),
-                where,
-                ": \"modules_to_save\" is ",
-                saved->dump(),
-                "; it must be a list of module names such as [\"embed_tokens\", \"lm_head\"]");
-    for (const json& m : *saved) {
-      TORCH_CHECK(m.is_string(), where, ": \"modules_to_save\" has the entry ", m.dump(), "; entries must be strings");
-      config.modules_to_save.push_back(m.get<std::string>());
-    }
-  }
+  config.modules_to_save = read_names(
+      find("modules_to_save"), "modules_to_save", "module names such as [\"embed_tokens\", \"lm_head\"]", where);
   config.rank_pattern = read_pattern<int64_t>(find("rank_pattern"), "rank_pattern", "rank", where);
   config.alpha_pattern = read_pattern<double>(find("alpha_pattern"), "alpha_pattern", "alpha", where);
-  if (const json* params = find("target_parameters"); params != nullptr && !params->is_null()) {
-    TORCH_CHECK(params->is_array(),
-                where,
-                ": \"target_parameters\" is ",
-                params->dump(),
-                "; it must be a list of parameter names such as \"mlp.experts.gate_up_proj\"");
-    for (const json& t : *params) {
-      TORCH_CHECK(
-          t.is_string(), where, ": \"target_parameters\" has the entry ", t.dump(), "; entries must be strings");
-      config.target_parameters.push_back(t.get<std::string>());
-    }
-  }
+  config.target_parameters = read_names(
+      find("target_parameters"), "target_parameters", "parameter names such as \"mlp.experts.gate_up_proj\"", where);
   const json* targets = find("target_modules");
   TORCH_CHECK((targets != nullptr && !targets->is_null()) || !config.target_parameters.empty(),
               where,
