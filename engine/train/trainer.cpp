@@ -185,16 +185,14 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         if (l->lora) l->lora->dropout = c.lora_dropout;
       }
     }
-    // lora_modules_to_save the adapter does not train yet start from the base's weights.
-    for (const std::string& m : c.lora_modules_to_save) {
-      if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), m) == lora.modules_to_save.end()) {
-        lora.modules_to_save.push_back(m);
-      }
-    }
-    model::attach_new_saved_modules(lm, lora);
   } else {
     model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
   }
+  // Modules trained in full beyond the adapter's: the run's lora_modules_to_save (an adapter from
+  // lora_model_dir may lack them; they start from the base's weights) and what unfrozen_parameters
+  // unfreezes.
+  std::vector<std::string> trained_in_full = c.lora_modules_to_save;
+  model::Unfrozen unfrozen;
   if (!c.unfrozen_parameters.empty()) {
     // The base's parameters by transformers' names: a bitsandbytes checkpoint's quantization
     // state beside a weight is none.
@@ -204,15 +202,8 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         names.push_back(name);
       }
     }
-    const auto unfrozen = model::unfrozen_parameters(lm, names, c.unfrozen_parameters, "unfrozen_parameters");
-    for (const auto& m : unfrozen.modules_to_save) {
-      if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), m) == lora.modules_to_save.end()) {
-        lora.modules_to_save.push_back(m);
-      }
-    }
-    model::attach_new_saved_modules(lm, lora);
-    if (!unfrozen.embed_rows.empty()) model::train_rows_only(lm.trained_embed_tokens(), unfrozen.embed_rows);
-    if (!unfrozen.head_rows.empty()) model::train_rows_only(lm.trained_lm_head(), unfrozen.head_rows);
+    unfrozen = model::unfrozen_parameters(lm, names, c.unfrozen_parameters, "unfrozen_parameters");
+    trained_in_full.insert(trained_in_full.end(), unfrozen.modules_to_save.begin(), unfrozen.modules_to_save.end());
     for (const auto& pattern : unfrozen.unmatched) {
       std::fprintf(out,
                    "unfrozen_parameters: '%s' matches no parameter of the base (they are named like %s and "
@@ -221,6 +212,14 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                    (model::embed_tokens_module(lm.config()) + ".weight").c_str());
     }
   }
+  for (const std::string& m : trained_in_full) {
+    if (std::find(lora.modules_to_save.begin(), lora.modules_to_save.end(), m) == lora.modules_to_save.end()) {
+      lora.modules_to_save.push_back(m);
+    }
+  }
+  model::attach_new_saved_modules(lm, lora);  // those not attached yet
+  if (!unfrozen.embed_rows.empty()) model::train_rows_only(lm.trained_embed_tokens(), unfrozen.embed_rows);
+  if (!unfrozen.head_rows.empty()) model::train_rows_only(lm.trained_lm_head(), unfrozen.head_rows);
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
