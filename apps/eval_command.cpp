@@ -13,6 +13,7 @@
 #include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/train/model_setup.h"
+#include "engine/train/run_vocabulary.h"
 #include "engine/train/training_data.h"
 
 namespace qtrain::apps {
@@ -30,11 +31,11 @@ struct Options {
 // stdout holds the result alone.
 std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& c,
                                                const std::string& data,
+                                               const engine::data::TextTokenizer* tokenizer,
                                                int64_t vocab_size) {
   if (!data.empty()) return engine::data::read_pretokenized_jsonl(data, c.sequence_len, vocab_size);
   TORCH_CHECK(!c.datasets.empty(), "no data to evaluate: pass --data FILE.jsonl or list datasets in the config");
-  const auto tokenizer = engine::train::run_tokenizer(c, vocab_size);
-  return engine::train::load_training_samples(c, tokenizer.get(), stderr);
+  return engine::train::load_training_samples(c, tokenizer, stderr);
 }
 
 void run(const Options& o) {
@@ -43,12 +44,18 @@ void run(const Options& o) {
   const auto options = train::load_options(c);
   std::fprintf(stderr, "eval: loading %s on %s\n", c.base_model.c_str(), options.device.str().c_str());
   auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);
+  // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
+  std::vector<data::NewToken> added;
+  const auto tokenizer = train::run_tokenizer(c, lm.config().vocab_size, &added);
+  if (const auto line = train::fit_embeddings(lm, c, tokenizer.get(), added); !line.empty()) {
+    std::fprintf(stderr, "eval: %s\n", line.c_str());
+  }
   const std::filesystem::path adapter = o.adapter.empty() ? c.lora_model_dir : std::filesystem::path(o.adapter);
   if (!adapter.empty()) {
     model::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
     std::fprintf(stderr, "eval: adapter %s\n", adapter.c_str());
   }
-  const auto samples = eval_samples(c, o.data, lm.config().vocab_size);
+  const auto samples = eval_samples(c, o.data, tokenizer.get(), lm.config().vocab_size);
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_eval();
   double loss_sum = 0;

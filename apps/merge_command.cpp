@@ -12,6 +12,8 @@
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/merged_weights.h"
+#include "engine/train/run_vocabulary.h"
+#include "engine/train/training_data.h"
 
 namespace qtrain::apps {
 namespace {
@@ -34,6 +36,13 @@ void run(const Options& o) {
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32.
   // See Note [Merged tensors] (engine/model/merged_weights.cpp).
   auto lm = model::CausalLM::load(folder, model::LoadOptions{});
+  // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
+  const int64_t base_rows = lm.config().vocab_size;
+  std::vector<data::NewToken> added;
+  const auto tokenizer = train::run_tokenizer(c, base_rows, &added);
+  if (const auto line = train::fit_embeddings(lm, c, tokenizer.get(), added); !line.empty()) {
+    std::fprintf(stderr, "merge: %s\n", line.c_str());
+  }
   model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
   const auto tensors = model::merged_tensors(lm, folder, out_dtype);
   auto json = folder.config();
@@ -45,6 +54,11 @@ void run(const Options& o) {
     std::fprintf(stderr,
                  "merge: the adapter trains the tied embeddings or head in full (modules_to_save): both are "
                  "written, lm_head.weight apart, with tie_word_embeddings: false\n");
+  }
+  if (lm.config().vocab_size != base_rows) {
+    // Gemma 3's and 4's multimodal folders keep the decoder's vocab_size in text_config.
+    const bool nested = json.contains("text_config") && json["text_config"].is_object();
+    (nested ? json["text_config"] : json)["vocab_size"] = lm.config().vocab_size;
   }
   json["dtype"] = o.dtype == "fp32" ? "float32" : "bfloat16";
   io::save_hf_folder(o.out, json, tensors);

@@ -304,6 +304,10 @@ RunConfig read_config(Reader& r) {
       *slot = text_of_token(role, example);
     }
   });
+  c.tokens = r.strings("tokens", "tokens: [\"<|im_start|>\", \"<|im_end|>\"]");
+  c.resize_token_embeddings_to_32x = r.boolean("resize_token_embeddings_to_32x", c.resize_token_embeddings_to_32x);
+  c.mean_resizing_embeddings = r.boolean("mean_resizing_embeddings", c.mean_resizing_embeddings);
+  c.shrink_embeddings = r.boolean("shrink_embeddings", c.shrink_embeddings);
   c.excess_length_strategy = r.choice("excess_length_strategy",
                                       c.excess_length_strategy,
                                       {"drop", "truncate", "raise"},

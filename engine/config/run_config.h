@@ -79,10 +79,10 @@ struct DatasetConfig {
   bool operator==(const DatasetConfig&) const = default;
 };
 
-// axolotl's `special_tokens:` map: tokens of the tokenizer that take over a role (e.g. Llama 3's
-// `pad_token: <|end_of_text|>`). "" leaves the tokenizer's own. Each must already be a token of
-// the tokenizer; the trainer checks that where it loads the tokenizer (engine/data/special_tokens.h)
-// and names `place`, since qtrain does not add tokens.
+// axolotl's `special_tokens:` map: tokens that take over a role (e.g. Llama 3's
+// `pad_token: <|end_of_text|>`). "" leaves the tokenizer's own. A token the tokenizer lacks is
+// added where the run loads the tokenizer (engine/data/special_tokens.h), whose errors name
+// `place`.
 struct SpecialTokens {
   std::string bos_token;
   std::string eos_token;
@@ -184,6 +184,16 @@ struct RunConfig {
   // The tokens that end a turn, trained after a trained turn per train_on_eot; empty: eos_token.
   std::vector<std::string> eot_tokens;
   SpecialTokens special_tokens;
+  // axolotl's `tokens:`: tokens added to the tokenizer, after special_tokens' new ones (Note [New
+  // tokens] in engine/data/special_tokens.h).
+  std::vector<std::string> tokens;
+  // When tokens were added: the embeddings grow to a multiple of 32 rows.
+  bool resize_token_embeddings_to_32x = false;
+  // New embedding rows drawn from the old rows' mean and covariance (transformers' mean_resizing)
+  // instead of normal(0, initializer_range) (axolotl's default); Note [Resized embeddings].
+  bool mean_resizing_embeddings = false;
+  // Embeddings with more rows than the tokenizer has tokens are cut to that many.
+  bool shrink_embeddings = false;
   // Samples longer than sequence_len: "drop" (axolotl's default), "truncate" or "raise".
   std::string excess_length_strategy = "drop";
   // A folder that caches tokenized datasets (See Note [Prepared dataset cache]); empty: none.

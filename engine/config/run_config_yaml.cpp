@@ -144,6 +144,12 @@ std::string to_yaml(const RunConfig& c) {
   out << "special_tokens: {bos_token: " << quoted(c.special_tokens.bos_token)
       << ", eos_token: " << quoted(c.special_tokens.eos_token) << ", pad_token: " << quoted(c.special_tokens.pad_token)
       << ", unk_token: " << quoted(c.special_tokens.unk_token) << "}\n";
+  std::vector<std::string> tokens;
+  for (const std::string& token : c.tokens) tokens.push_back(quoted(token));
+  line("tokens", "[" + join(tokens, ", ") + "]");
+  line("resize_token_embeddings_to_32x", boolean_text(c.resize_token_embeddings_to_32x));
+  line("mean_resizing_embeddings", boolean_text(c.mean_resizing_embeddings));
+  line("shrink_embeddings", boolean_text(c.shrink_embeddings));
   line("excess_length_strategy", c.excess_length_strategy);
   line("dataset_prepared_path", quoted(c.dataset_prepared_path.string()));
   line("dataset_processes", std::to_string(c.dataset_processes));

@@ -27,7 +27,7 @@ class ByteTokenizer : public TextTokenizer {
   int64_t bos() const { return 256; }
   int64_t eos() const { return 257; }
   int64_t pad() const { return 258; }
-  int64_t vocab_size() const { return 259; }
+  int64_t vocab_size() const override { return 259; }
 
   // As TextTokenizer: add_special_tokens puts BOS first, as Llama's tokenizer does.
   TokenizedText tokenize(std::string_view text, bool add_special_tokens) const override;

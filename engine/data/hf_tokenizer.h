@@ -22,6 +22,10 @@ class HfTokenizer : public TextTokenizer {
   std::string bos_token() const override { return tokenizer_.config().bos_token.value_or(""); }
   std::string eos_token() const override { return tokenizer_.config().eos_token.value_or(""); }
   std::optional<std::string> chat_template() const override { return tokenizer_.config().chat_template; }
+  int64_t vocab_size() const override { return static_cast<int64_t>(tokenizer_.vocab_size()); }
+  std::optional<int64_t> add_token(const std::string& content, bool special) override {
+    return tokenizer_.add_token(content, special);
+  }
 
   const text::Tokenizer& tokenizer() const { return tokenizer_; }
 

@@ -29,6 +29,7 @@ class SpecialTokensTokenizer : public TextTokenizer {
   std::string bos_token() const override { return tokens_.bos_token.empty() ? base_->bos_token() : tokens_.bos_token; }
   std::string eos_token() const override { return tokens_.eos_token.empty() ? base_->eos_token() : tokens_.eos_token; }
   std::optional<std::string> chat_template() const override { return base_->chat_template(); }
+  int64_t vocab_size() const override { return base_->vocab_size(); }
 
  private:
   std::unique_ptr<TextTokenizer> base_;
@@ -39,28 +40,34 @@ class SpecialTokensTokenizer : public TextTokenizer {
 
 }  // namespace
 
-std::unique_ptr<TextTokenizer> with_special_tokens(std::unique_ptr<TextTokenizer> tokenizer,
-                                                   const config::SpecialTokens& tokens,
-                                                   const std::string& tokenizer_file) {
-  if (tokens.empty()) return tokenizer;
-  const std::pair<const char*, const std::string*> roles[] = {{"bos_token", &tokens.bos_token},
-                                                              {"eos_token", &tokens.eos_token},
-                                                              {"pad_token", &tokens.pad_token},
-                                                              {"unk_token", &tokens.unk_token}};
-  for (const auto& [role, token] : roles) {
-    TORCH_CHECK(token->empty() || tokenizer->id_of(*token).has_value(),
-                tokens.place,
-                ": special_tokens.",
-                role,
+std::unique_ptr<TextTokenizer> with_run_tokens(std::unique_ptr<TextTokenizer> tokenizer,
+                                               const config::SpecialTokens& special,
+                                               const std::vector<std::string>& tokens,
+                                               const std::string& tokenizer_file,
+                                               std::vector<NewToken>* added) {
+  if (special.empty() && tokens.empty()) return tokenizer;
+  std::vector<std::pair<std::string, const std::string*>> wanted = {{"special_tokens.bos_token", &special.bos_token},
+                                                                    {"special_tokens.eos_token", &special.eos_token},
+                                                                    {"special_tokens.pad_token", &special.pad_token},
+                                                                    {"special_tokens.unk_token", &special.unk_token}};
+  for (const std::string& token : tokens) wanted.emplace_back("tokens", &token);
+  for (const auto& [key, token] : wanted) {
+    if (token->empty()) continue;
+    const bool had = tokenizer->id_of(*token).has_value();
+    const auto id = tokenizer->add_token(*token, key != "tokens");
+    TORCH_CHECK(had || id.has_value(),
+                key.starts_with("special") ? special.place + ": " : std::string(),
+                key,
                 ": '",
                 *token,
                 "' is not a token of ",
                 tokenizer_file,
-                "; axolotl would add it and resize the embeddings, which qtrain does not do (nor `tokens:`). "
-                "Pick a token the tokenizer has (its tokenizer_config.json lists the special ones), or remove the "
-                "entry");
+                ", which cannot add tokens; give the model a tokenizer.json (a Hugging Face tokenizer can), or pick "
+                "a token it has");
+    if (!had && added) added->push_back({*token, *id, key});
   }
-  return std::make_unique<SpecialTokensTokenizer>(std::move(tokenizer), tokens);
+  return special.empty() ? std::move(tokenizer)
+                         : std::make_unique<SpecialTokensTokenizer>(std::move(tokenizer), special);
 }
 
 }  // namespace qtrain::engine::data

@@ -41,6 +41,12 @@ class TextTokenizer {
   virtual std::string eos_token() const = 0;
   // The chat template that ships with the tokenizer, when there is one.
   virtual std::optional<std::string> chat_template() const = 0;
+  // HF len(tokenizer): ids run below it, and the embeddings need that many rows.
+  virtual int64_t vocab_size() const = 0;
+  // Adds `content` as HF's add_tokens (with `special`, add_special_tokens) does and returns its id
+  // (Note [New tokens] in engine/data/special_tokens.h); nullopt where the tokenizer cannot add
+  // tokens (the built-in byte tokenizer). Only before the tokenizer is shared between threads.
+  virtual std::optional<int64_t> add_token(const std::string& /*content*/, bool /*special*/) { return std::nullopt; }
 };
 
 }  // namespace qtrain::engine::data

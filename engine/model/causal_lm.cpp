@@ -481,6 +481,32 @@ void CausalLM::set_trained_lm_head(const at::Tensor& weight) {
   trained_head_ = weight;
 }
 
+void CausalLM::set_embeddings(const at::Tensor& embed, const at::Tensor& head) {
+  TORCH_CHECK(!trained_embed_.defined() && !trained_head_.defined(),
+              "set_embeddings: the embeddings change before modules trained in full are attached");
+  const bool tied = lm_head_.is_same(embed_);
+  for (const auto* t : {&embed, &head}) {
+    TORCH_CHECK(t->dim() == 2 && t->size(0) == embed.size(0) && t->size(1) == config_.hidden_size &&
+                    t->scalar_type() == embed_.scalar_type() && t->device() == embed_.device(),
+                "set_embeddings: expected [V, ",
+                config_.hidden_size,
+                "] ",
+                embed_.scalar_type(),
+                " on ",
+                embed_.device(),
+                ", got ",
+                t->sizes(),
+                " ",
+                t->scalar_type(),
+                " on ",
+                t->device());
+  }
+  TORCH_CHECK(tied == head.is_same(embed), "set_embeddings: the head must stay ", tied ? "tied" : "untied");
+  embed_ = embed;
+  lm_head_ = head;
+  config_.vocab_size = embed.size(0);
+}
+
 at::Tensor CausalLM::embed_weight() const {
   return trained_embed_.defined() ? trained_embed_.to(dtype_) : embed_;
 }

@@ -83,6 +83,10 @@ class CausalLM {
   // clears it with an undefined tensor.
   void set_trained_embed_tokens(const at::Tensor& weight);
   void set_trained_lm_head(const at::Tensor& weight);
+  // Replaces the frozen embeddings and head with [V', H] ones of their dtype and device (`head`
+  // the same tensor as `embed` on a model with tied embeddings); vocab_size becomes V'. Only
+  // before trained copies are set (engine/model/resize_embeddings.h).
+  void set_embeddings(const at::Tensor& embed, const at::Tensor& head);
 
  private:
   // The embeddings and output head as this step computes with them: the trained copies in the

@@ -97,18 +97,22 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
   }
   // The modules trained in full take the base's place (Note [Modules trained in full]); on a
   // model with tied embeddings the two are written apart, the head as lm_head.weight of its own.
+  // Embeddings resized for new tokens (Note [Resized embeddings]) are written as the model has
+  // them.
   std::vector<std::pair<std::string, at::Tensor>> untied;
-  if (lm.trained_embed_tokens().defined() || lm.trained_lm_head().defined()) {
+  std::string embed_name = embed_tokens_module(lm.config()) + ".weight";
+  if (!folder.contains(embed_name) && folder.contains("language_model.model.embed_tokens.weight")) {
+    embed_name = "language_model.model.embed_tokens.weight";  // the older multimodal layout
+  }
+  const bool trained = lm.trained_embed_tokens().defined() || lm.trained_lm_head().defined();
+  const bool resized = folder.contains(embed_name) && folder.shape(embed_name).at(0) != lm.config().vocab_size;
+  if (trained || resized) {
     const auto embed = lm.trained_embed_tokens().defined() ? lm.trained_embed_tokens() : lm.embed_tokens();
     const auto head = lm.trained_lm_head().defined() ? lm.trained_lm_head() : lm.lm_head();
-    std::string embed_name = embed_tokens_module(lm.config()) + ".weight";
-    if (!folder.contains(embed_name) && folder.contains("language_model.model.embed_tokens.weight")) {
-      embed_name = "language_model.model.embed_tokens.weight";  // the older multimodal layout
-    }
     weights[embed_name] = embed.detach().to(at::kFloat);
     if (folder.contains("lm_head.weight")) {
       weights["lm_head.weight"] = head.detach().to(at::kFloat);
-    } else {
+    } else if (trained) {
       untied.emplace_back("lm_head.weight", head.detach().to(dtype).contiguous());
     }
   }

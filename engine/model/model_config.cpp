@@ -515,6 +515,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     auto inner = from_json(text, source + " text_config");
     inner.raw = file;
     inner.weight_prefix = "model.language_model.";
+    inner.initializer_range = optional_or<double>(file, "initializer_range", 0.02);
     // Gemma3ForConditionalGeneration never applies final_logit_softcapping (Gemma3ForCausalLM does).
     inner.final_logit_softcap = std::nullopt;
     return inner;
@@ -532,6 +533,7 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
     auto inner = from_json(text, source + " text_config");
     inner.raw = file;
     inner.weight_prefix = "model.language_model.";
+    inner.initializer_range = optional_or<double>(file, "initializer_range", 0.02);
     return inner;
   }
   const auto type = required<std::string>(file, "model_type", source);
@@ -579,6 +581,8 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
   c.max_position_embeddings = optional_integer(j, "max_position_embeddings", 2048, source);
   c.rms_norm_eps = optional_or<double>(j, "rms_norm_eps", 1e-6);
   c.tie_word_embeddings = optional_or<bool>(j, "tie_word_embeddings", c.gemma);
+  c.initializer_range = optional_or<double>(j, "initializer_range", 0.02);
+  if (c.initializer_range == 0) c.initializer_range = 0.02;  // transformers: `initializer_range or 0.02`
   const bool attention_bias = optional_or<bool>(j, "attention_bias", false);
   c.qkv_bias = c.arch == Architecture::qwen2 || attention_bias;
   c.o_bias = c.arch != Architecture::qwen2 && attention_bias;
@@ -616,6 +620,10 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& file, const std::string
               source,
               ": rms_norm_eps must be a small positive number (1e-6 or 1e-5 in released models), got ",
               c.rms_norm_eps);
+  TORCH_CHECK(std::isfinite(c.initializer_range) && c.initializer_range > 0,
+              source,
+              ": initializer_range must be a small positive number (0.02 in most released models), got ",
+              c.initializer_range);
   if (c.arch == Architecture::qwen3_moe || c.arch == Architecture::mixtral) c.moe = read_moe(c, j, source);
   if (c.arch == Architecture::gemma4 && optional_or<bool>(j, "enable_moe_block", false)) {
     c.moe = read_gemma4_moe(c, j, source);

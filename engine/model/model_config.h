@@ -89,6 +89,10 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   ops::RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
+  // The std of transformers' _init_weights (normal); new embedding rows start there (Note
+  // [Resized embeddings] in engine/model/resize_embeddings.h). The outer config's in a
+  // multimodal folder.
+  double initializer_range = 0.02;
   bool qkv_bias = false;  // Qwen2 (always), Llama/Qwen3 with attention_bias
   bool o_bias = false;    // attention_bias on families that put it on o_proj too
   bool mlp_bias = false;

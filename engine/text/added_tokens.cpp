@@ -54,51 +54,66 @@ AddedTokens AddedTokens::parse(const nlohmann::json& j,
     t.rstrip = field<bool>(e, "rstrip", s, false);
     t.special = field<bool>(e, "special", s, false);
     t.normalized = field<bool>(e, "normalized", s, !t.special);
-    if (t.content.empty()) continue;
-    bool duplicate = false;
-    for (const auto& o : a.tokens_) {
-      duplicate = duplicate || (o.content == t.content && o.single_word == t.single_word && o.lstrip == t.lstrip &&
-                                o.rstrip == t.rstrip && o.normalized == t.normalized && o.special == t.special);
-    }
-    if (duplicate) continue;
-    if (const auto known = a.id_of(t.content)) {
-      t.id = *known;
-    } else if (const auto in_model = model.token_to_id(t.content)) {
-      t.id = *in_model;
-    } else {
-      const auto vocab = static_cast<int32_t>(model.vocab_entries());
-      int32_t max_id = -1;
-      for (const auto& o : a.tokens_) max_id = std::max(max_id, o.id);
-      t.id = max_id < 0 ? vocab : (max_id >= vocab || vocab == 0 ? max_id + 1 : vocab);
-    }
-    std::string match = t.content;
-    if (t.normalized && normalizer != nullptr) {
-      auto n = AlignedText::original(t.content, 0, t.content.size());
-      normalizer->normalize(n);
-      match = n.text;
-    }
-    a.by_id_[t.id] = a.tokens_.size();
-    a.by_content_[t.content] = a.tokens_.size();
-    a.match_text_.push_back(match);
-    a.tokens_.push_back(std::move(t));
+    a.insert(std::move(t), normalizer, model);
   }
-  for (auto& table : a.by_first_byte_) table.resize(256);
-  for (size_t i = 0; i < a.tokens_.size(); ++i) {
-    if (a.match_text_[i].empty()) continue;
-    a.by_first_byte_[a.tokens_[i].normalized ? 1 : 0][static_cast<unsigned char>(a.match_text_[i][0])].push_back(i);
+  a.index();
+  return a;
+}
+
+int32_t AddedTokens::add(AddedToken token, const Normalizer* normalizer, const Bpe& model) {
+  if (token.content.empty()) throw TokenizerError("an added token cannot be empty");
+  const std::string content = token.content;
+  insert(std::move(token), normalizer, model);
+  index();
+  return *id_of(content);
+}
+
+void AddedTokens::insert(AddedToken t, const Normalizer* normalizer, const Bpe& model) {
+  if (t.content.empty()) return;
+  for (const auto& o : tokens_) {
+    if (o.content == t.content && o.single_word == t.single_word && o.lstrip == t.lstrip && o.rstrip == t.rstrip &&
+        o.normalized == t.normalized && o.special == t.special) {
+      return;
+    }
   }
-  for (auto& table : a.by_first_byte_) {
+  if (const auto known = id_of(t.content)) {
+    t.id = *known;
+  } else if (const auto in_model = model.token_to_id(t.content)) {
+    t.id = *in_model;
+  } else {
+    const auto vocab = static_cast<int32_t>(model.vocab_entries());
+    int32_t max_id = -1;
+    for (const auto& o : tokens_) max_id = std::max(max_id, o.id);
+    t.id = max_id < 0 ? vocab : (max_id >= vocab || vocab == 0 ? max_id + 1 : vocab);
+  }
+  std::string match = t.content;
+  if (t.normalized && normalizer != nullptr) {
+    auto n = AlignedText::original(t.content, 0, t.content.size());
+    normalizer->normalize(n);
+    match = n.text;
+  }
+  by_id_[t.id] = tokens_.size();
+  by_content_[t.content] = tokens_.size();
+  match_text_.push_back(match);
+  tokens_.push_back(std::move(t));
+}
+
+void AddedTokens::index() {
+  for (auto& table : by_first_byte_) table.assign(256, {});
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (match_text_[i].empty()) continue;
+    by_first_byte_[tokens_[i].normalized ? 1 : 0][static_cast<unsigned char>(match_text_[i][0])].push_back(i);
+  }
+  for (auto& table : by_first_byte_) {
     for (auto& list : table) {
-      std::stable_sort(list.begin(), list.end(), [&](size_t x, size_t y) {
-        return a.match_text_[x].size() > a.match_text_[y].size();
-      });
+      std::stable_sort(
+          list.begin(), list.end(), [&](size_t x, size_t y) { return match_text_[x].size() > match_text_[y].size(); });
     }
   }
   // by_first_byte_[1] empty <=> no normalized tokens (has_normalized()).
   bool any_normalized = false;
-  for (const auto& t : a.tokens_) any_normalized = any_normalized || t.normalized;
-  if (!any_normalized) a.by_first_byte_[1].clear();
-  return a;
+  for (const auto& t : tokens_) any_normalized = any_normalized || t.normalized;
+  if (!any_normalized) by_first_byte_[1].clear();
 }
 
 namespace {

@@ -43,6 +43,10 @@ class AddedTokens {
                            const Normalizer* normalizer,
                            const Bpe& model);
 
+  // Adds one token as HF's AddedVocabulary::add_tokens does (Note [Added token ids]) and returns
+  // its id.
+  int32_t add(AddedToken token, const Normalizer* normalizer, const Bpe& model);
+
   // Cuts `text` at the raw-matched tokens (normalized:false) or, with `normalized_pass`, at the
   // normalized:true ones; the cuts cover the whole text in order (none for an empty text).
   std::vector<TextCut> split(std::string_view text, bool normalized_pass) const;
@@ -53,6 +57,11 @@ class AddedTokens {
   const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
+  // One token by the rule of Note [Added token ids], without the match tables; index() builds
+  // them.
+  void insert(AddedToken token, const Normalizer* normalizer, const Bpe& model);
+  void index();
+
   std::vector<AddedToken> tokens_;
   std::vector<std::string> match_text_;  // per token: content, or its normalized form
   std::unordered_map<int32_t, size_t> by_id_;

@@ -210,6 +210,15 @@ size_t Tokenizer::vocab_size() const {
   return n;
 }
 
+int32_t Tokenizer::add_token(const std::string& content, bool special) {
+  if (const auto id = added_.id_of(content)) return *id;
+  AddedToken t;
+  t.content = content;
+  t.special = special;
+  t.normalized = false;
+  return added_.add(std::move(t), normalizer_.get(), *model_);
+}
+
 std::vector<std::pair<size_t, size_t>> char_offsets(std::string_view text, const std::vector<Span>& byte_offsets) {
   const auto index = utf8_char_index(text);
   std::vector<std::pair<size_t, size_t>> out;

@@ -61,6 +61,13 @@ class Tokenizer {
   // HF get_vocab_size(with_added_tokens=True): model vocabulary plus added tokens not in it.
   size_t vocab_size() const;
 
+  // HF `add_tokens([AddedToken(content, normalized=False)])`, or with `special`
+  // `add_special_tokens`: a token the tokenizer does not have gets the next id, one of the
+  // model's vocabulary becomes an added token with its id (cut out of text before the model sees
+  // it, as HF does), an added token stays as it is. Returns the id. Not for a tokenizer that other
+  // threads use.
+  int32_t add_token(const std::string& content, bool special);
+
   const TokenizerConfig& config() const { return config_; }
 
  private:

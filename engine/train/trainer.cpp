@@ -38,6 +38,7 @@
 #include "engine/train/output_dir.h"
 #include "engine/train/progress_line.h"
 #include "engine/train/run_state.h"
+#include "engine/train/run_vocabulary.h"
 #include "engine/train/step_intervals.h"
 #include "engine/train/training_data.h"
 
@@ -173,6 +174,13 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         lm.layers().size(),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
   }
+  // The tokenizer, with the tokens the run adds, sizes the embeddings before any adapter is
+  // attached (See run_vocabulary.h).
+  std::vector<data::NewToken> new_tokens;
+  const auto tokenizer = run_tokenizer(c, lm.config().vocab_size, &new_tokens);
+  if (const auto line = fit_embeddings(lm, c, tokenizer.get(), new_tokens); !line.empty()) {
+    std::fprintf(out, "%s\n", line.c_str());
+  }
   auto lora = lora_config(c, lm.config());
   if (!c.lora_model_dir.empty()) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
@@ -220,6 +228,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   model::attach_new_saved_modules(lm, lora);  // those not attached yet
   if (!unfrozen.embed_rows.empty()) model::train_rows_only(lm.trained_embed_tokens(), unfrozen.embed_rows);
   if (!unfrozen.head_rows.empty()) model::train_rows_only(lm.trained_lm_head(), unfrozen.head_rows);
+  check_new_tokens_trained(lm, new_tokens);
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
@@ -239,7 +248,6 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                static_cast<long long>(trainable));
 
   // Data, through the model's tokenizer (See training_data.h).
-  const auto tokenizer = run_tokenizer(c, lm.config().vocab_size);
   // Pre-tokenized data pads as before: the byte tokenizer's PAD on the demo model, else 0.
   const auto pad_id = tokenizer                                                         ? tokenizer->pad_id()
                       : data::uses_byte_tokenizer(c.base_model, lm.config().vocab_size) ? data::ByteTokenizer().pad()

@@ -1,6 +1,7 @@
 // See training_data.h.
 #include "engine/train/training_data.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -19,20 +20,25 @@
 
 namespace qtrain::engine::train {
 
-std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size) {
-  bool text = !c.special_tokens.empty();  // pad_token pads pre-tokenized data too
+std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c,
+                                                   int64_t vocab_size,
+                                                   std::vector<data::NewToken>* added) {
+  bool text = !c.special_tokens.empty() || !c.tokens.empty();  // pad_token pads pre-tokenized data too
   for (const auto& d : c.datasets) text = text || (!d.type.empty() && d.type != "pretokenized");
   if (!text) return nullptr;
   auto tokenizer = data::model_tokenizer(c.base_model, vocab_size);
   const auto file = c.base_model / "tokenizer.json";
-  TORCH_CHECK(tokenizer || c.special_tokens.empty(),
-              c.special_tokens.place,
-              ": special_tokens: ",
+  TORCH_CHECK(tokenizer || (c.special_tokens.empty() && c.tokens.empty()),
+              c.special_tokens.empty() ? "tokens" : c.special_tokens.place + ": special_tokens",
+              ": ",
               c.base_model.string(),
-              " has no tokenizer.json to look the tokens up in; add the model's tokenizer files or remove the key");
-  return data::with_special_tokens(std::move(tokenizer),
-                                   c.special_tokens,
-                                   std::filesystem::exists(file) ? file.string() : "the built-in byte tokenizer");
+              " has no tokenizer.json to look the tokens up in or add them to; add the model's tokenizer files or "
+              "remove the key");
+  return data::with_run_tokens(std::move(tokenizer),
+                               c.special_tokens,
+                               c.tokens,
+                               std::filesystem::exists(file) ? file.string() : "the built-in byte tokenizer",
+                               added);
 }
 
 namespace {
@@ -62,6 +68,7 @@ std::string sample_settings(const config::RunConfig& c, const config::DatasetCon
                           c.special_tokens.eos_token,
                           c.special_tokens.pad_token,
                           c.special_tokens.unk_token}},
+                        {"tokens", c.tokens},
                         {"excess_length_strategy", d.excess_length_strategy},
                         {"split", d.split},
                         {"sequence_len", c.sequence_len},
@@ -97,11 +104,13 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
     rows.threads = c.dataset_processes;
     if (!d.split.empty()) rows.slice = config::parse_split(d.split).slice;
     if (line) rows.progress = [&](int64_t done, int64_t total) { line->update(done, total); };
-    // Pre-tokenized ids are checked against the model's vocabulary here; a tokenizer's ids are
-    // within it already (model_tokenizer checks the tokenizer's size).
+    // Pre-tokenized ids are checked against the model's vocabulary here, grown by the tokens the
+    // run adds (Note [New tokens]); a tokenizer's ids are within it already (model_tokenizer
+    // checks the tokenizer's size).
     const bool pretokenized = d.type.empty() || d.type == "pretokenized";
     const int64_t vocab_size =
-        pretokenized ? read_model_config(c.base_model).vocab_size : std::numeric_limits<int64_t>::max();
+        pretokenized ? std::max(read_model_config(c.base_model).vocab_size, tokenizer ? tokenizer->vocab_size() : 0)
+                     : std::numeric_limits<int64_t>::max();
     samples = data::load_dataset(d, tokenizer, c.sequence_len, c.train_on_inputs, &stats, rows, vocab_size);
   }
   std::fprintf(log,

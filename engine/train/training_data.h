@@ -11,14 +11,18 @@
 
 #include "engine/config/run_config.h"
 #include "engine/data/pretokenized.h"
+#include "engine/data/special_tokens.h"
 #include "engine/data/text_tokenizer.h"
 
 namespace qtrain::engine::train {
 
-// The tokenizer of base_model (data::model_tokenizer) with the config's special_tokens (See Note
-// [Special tokens]) when a dataset is text (completion, alpaca, chat_template) or special_tokens
-// is set; else null, so that pre-tokenized runs never read tokenizer files.
-std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c, int64_t vocab_size);
+// The tokenizer of base_model (data::model_tokenizer) with the config's special_tokens and tokens
+// (See Note [Special tokens] and Note [New tokens]; the tokens it added go to `added`) when a
+// dataset is text (completion, alpaca, chat_template) or either key is set; else null, so that
+// pre-tokenized runs never read tokenizer files.
+std::unique_ptr<data::TextTokenizer> run_tokenizer(const config::RunConfig& c,
+                                                   int64_t vocab_size,
+                                                   std::vector<data::NewToken>* added = nullptr);
 
 // Prints one line per dataset (rows, truncated, dropped) to `log`, and, when `progress` (rank 0 of
 // a multi-process run), a progress line to stderr while a dataset takes more than a second

@@ -43,6 +43,7 @@ class CountingTokenizer : public TextTokenizer {
   std::string bos_token() const override { return inner_.bos_token(); }
   std::string eos_token() const override { return inner_.eos_token(); }
   std::optional<std::string> chat_template() const override { return inner_.chat_template(); }
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
 
   mutable std::atomic<size_t> bytes = 0;  // rows may be tokenized on several threads
 

@@ -1,8 +1,10 @@
 // Tests for engine/data/special_tokens: on the Llama-3 stand-in tokenizer, special_tokens give the
 // EOS and PAD ids and names that transformers gives after axolotl's add_special_tokens, and an
 // alpaca sample ends with the new EOS exactly as the reference builds it
-// (scripts/reference/axolotl_settings_reference.py); a token outside the vocabulary is refused
-// with its place, role, token and fix; no tokens leave the tokenizer as it is.
+// (scripts/reference/axolotl_settings_reference.py); a token outside the vocabulary is added with
+// the next id (and refused with its place, role, token and fix by the byte tokenizer, which
+// cannot add one); no tokens leave the tokenizer as it is. The ids of new tokens against
+// transformers: tests/engine/train/run_vocabulary_test.cpp.
 #include "engine/data/special_tokens.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/hf_tokenizer.h"
 #include "engine/io/remove_tree.h"
@@ -38,7 +41,8 @@ class SpecialTokensTest : public ::testing::Test {
   void TearDown() override { qtrain::engine::io::remove_tree(dir_); }
 
   std::unique_ptr<TextTokenizer> load(const config::SpecialTokens& tokens) const {
-    return with_special_tokens(std::make_unique<HfTokenizer>(HfTokenizer::load(dir_)), tokens, "tokenizer.json");
+    return with_run_tokens(
+        std::make_unique<HfTokenizer>(HfTokenizer::load(dir_)), tokens, {}, "tokenizer.json", nullptr);
   }
 
   fs::path dir_;
@@ -80,14 +84,29 @@ TEST_F(SpecialTokensTest, RolesAndAlpacaSamplesEqualTheTransformersReference) {
   EXPECT_EQ(samples[0].input_ids, reference.at("ids").get<std::vector<int64_t>>());
 }
 
-TEST_F(SpecialTokensTest, ATokenOutsideTheVocabularyIsRefusedWithItsPlace) {
+TEST_F(SpecialTokensTest, ATokenOutsideTheVocabularyIsAddedOrRefusedByTheByteTokenizer) {
   config::SpecialTokens tokens;
   tokens.pad_token = "[PAD]";
   tokens.place = "run.yaml:12:1";
-  test::expect_error([&] { load(tokens); },
-                     "run.yaml:12:1: special_tokens.pad_token: '[PAD]' is not a token of tokenizer.json; axolotl "
-                     "would add it and resize the embeddings");
-  test::expect_error([&] { load(tokens); }, "Pick a token the tokenizer has");
+  const auto size = HfTokenizer::load(dir_).vocab_size();
+  std::vector<NewToken> added;
+  const auto tokenizer = with_run_tokens(
+      std::make_unique<HfTokenizer>(HfTokenizer::load(dir_)), tokens, {"<tool>"}, "tokenizer.json", &added);
+  ASSERT_EQ(added.size(), 2u);
+  EXPECT_EQ(added[0].content, "[PAD]");
+  EXPECT_EQ(added[0].key, "special_tokens.pad_token");
+  EXPECT_EQ(added[0].id, size);
+  EXPECT_EQ(added[1].key, "tokens");
+  EXPECT_EQ(added[1].id, size + 1);
+  EXPECT_EQ(tokenizer->pad_id(), size);
+  EXPECT_EQ(tokenizer->vocab_size(), size + 2);
+  EXPECT_EQ(tokenizer->tokenize("a<tool>[PAD]", false).ids.back(), size);
+
+  auto bytes = [&] { with_run_tokens(std::make_unique<ByteTokenizer>(), tokens, {}, "the byte tokenizer", nullptr); };
+  test::expect_error(bytes,
+                     "run.yaml:12:1: special_tokens.pad_token: '[PAD]' is not a token of the byte tokenizer, which "
+                     "cannot add tokens");
+  test::expect_error(bytes, "give the model a tokenizer.json");
 }
 
 TEST_F(SpecialTokensTest, NoTokensLeaveTheTokenizersRoles) {
