@@ -225,6 +225,7 @@ RunConfig read_config(Reader& r) {
     }
   });
   c.peft_use_rslora = r.boolean("peft_use_rslora", c.peft_use_rslora);
+  c.peft_use_dora = r.boolean("peft_use_dora", c.peft_use_dora);
   for (const char* key : {"lora_rank_pattern", "lora_alpha_pattern"}) {
     r.guard({key}, [&] {
       const Entry* e = r.find(key);

@@ -159,6 +159,8 @@ struct RunConfig {
   std::vector<std::string> unfrozen_parameters;
   // Scale by alpha / sqrt(r) instead of alpha / r.
   bool peft_use_rslora = false;
+  // DoRA (PEFT's use_dora): Note [DoRA] in engine/lora/lora_linear.h.
+  bool peft_use_dora = false;
   // PEFT's rank_pattern / alpha_pattern: regular expressions of module names (or of
   // "<module>.<parameter>" for lora_target_parameters) to their own rank / alpha, in the order
   // written; the first that matches the end of a name wins (lora::LoraConfig).

@@ -83,6 +83,7 @@ std::string to_yaml(const RunConfig& c) {
   for (const std::string& p : c.unfrozen_parameters) unfrozen.push_back(quoted(p));
   line("unfrozen_parameters", "[" + join(unfrozen, ", ") + "]");
   line("peft_use_rslora", boolean_text(c.peft_use_rslora));
+  line("peft_use_dora", boolean_text(c.peft_use_dora));
   std::vector<std::string> ranks, alphas;
   for (const auto& [pattern, rank] : c.lora_rank_pattern)
     ranks.push_back(quoted(pattern) + ": " + std::to_string(rank));

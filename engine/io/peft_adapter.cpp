@@ -36,6 +36,8 @@ namespace {
 
 constexpr std::string_view kSuffixA = ".lora_A.weight";
 constexpr std::string_view kSuffixB = ".lora_B.weight";
+// DoRA's magnitude (Note [DoRA] in engine/lora/lora_linear.h), [out_features].
+constexpr std::string_view kSuffixMagnitude = ".lora_magnitude_vector";
 
 // What an existing adapter folder may hold; it is replaced as a whole (see save_peft_adapter).
 const std::set<std::string> kAdapterFolderFiles = {kPeftConfigFile, kPeftWeightsFile, "adapter_model.bin", "README.md"};
@@ -111,7 +113,7 @@ json adapter_config_json(const lora::LoraConfig& config,
   j["task_type"] = "CAUSAL_LM";
   j["trainable_token_indices"] = nullptr;
   j["use_bdlora"] = nullptr;
-  j["use_dora"] = false;
+  j["use_dora"] = config.use_dora;
   j["use_qalora"] = false;
   j["use_rslora"] = config.use_rslora;
   j["velora_config"] = nullptr;
@@ -215,7 +217,6 @@ struct Unsupported {
   const char* feature;
 };
 constexpr Unsupported kUnsupported[] = {
-    {"use_dora", "DoRA (weight-decomposed LoRA)"},
     {"lora_bias", "a trained bias on lora_B"},
     {"trainable_token_indices", "trainable token embeddings"},
     {"layer_replication", "layer replication"},
@@ -369,6 +370,10 @@ lora::LoraConfig parse_adapter_config(const json& j, const std::string& where, s
     TORCH_CHECK(rslora->is_boolean(), where, ": \"use_rslora\" is ", rslora->dump(), "; it must be true or false");
     config.use_rslora = rslora->get<bool>();
   }
+  if (const json* dora = find("use_dora"); dora != nullptr && !dora->is_null()) {
+    TORCH_CHECK(dora->is_boolean(), where, ": \"use_dora\" is ", dora->dump(), "; it must be true or false");
+    config.use_dora = dora->get<bool>();
+  }
   config.modules_to_save = read_names(
       find("modules_to_save"), "modules_to_save", "module names such as [\"embed_tokens\", \"lm_head\"]", where);
   config.rank_pattern = read_pattern<int64_t>(find("rank_pattern"), "rank_pattern", "rank", where);
@@ -455,6 +460,16 @@ void save_peft_adapter(const fs::path& dir,
     check_module_for_save(where, module, adapter, config);
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixA), adapter.a.detach().to(save_dtype));
     tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixB), adapter.b.detach().to(save_dtype));
+    TORCH_CHECK(adapter.magnitude.defined() == config.use_dora,
+                where,
+                ": module '",
+                module,
+                adapter.magnitude.defined() ? "' has a DoRA magnitude but the config says use_dora false"
+                                            : "' has no DoRA magnitude but the config says use_dora true");
+    if (adapter.magnitude.defined()) {
+      tensors.emplace_back(kPeftKeyPrefix + module + std::string(kSuffixMagnitude),
+                           adapter.magnitude.detach().to(save_dtype));
+    }
     if (!adapted_path(module, config).parameter) suffixes.insert(last_component(module));
   }
   for (const auto& [module, weight] : saved_modules) {
@@ -574,7 +589,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
 
   const SafetensorsFile file = SafetensorsFile::open(weights_path);
   struct Pair {
-    std::optional<std::string> a, b;
+    std::optional<std::string> a, b, magnitude;
   };
   std::map<std::string, Pair> modules;
   for (const TensorInfo& info : file.tensors()) {
@@ -588,6 +603,18 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 "\"; PEFT LoRA keys look like base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
     const bool is_a = key.ends_with(kSuffixA);
     const bool is_b = key.ends_with(kSuffixB);
+    if (key.ends_with(kSuffixMagnitude)) {
+      TORCH_CHECK(config.use_dora,
+                  weights_where,
+                  ": tensor '",
+                  key,
+                  "' is a DoRA magnitude, but ",
+                  config_where,
+                  " says use_dora false; the adapter's two files do not belong together");
+      const size_t prefix = std::string_view(kPeftKeyPrefix).size();
+      modules[key.substr(prefix, key.size() - prefix - kSuffixMagnitude.size())].magnitude = key;
+      continue;
+    }
     // A module trained in full (modules_to_save): "<prefix><module>.weight".
     if (!is_a && !is_b && key.ends_with(".weight")) {
       const size_t prefix = std::string_view(kPeftKeyPrefix).size();
@@ -607,8 +634,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 key,
                 "' is not a lora_A.weight or lora_B.weight, nor the weight of a module that \"modules_to_save\" in ",
                 config_where,
-                " names; it belongs to a feature qtrain does not support (DoRA magnitudes, LoRA biases, embedding "
-                "LoRA), so the adapter is not supported");
+                " names; it belongs to a feature qtrain does not support (LoRA biases, embedding LoRA), so the "
+                "adapter is not supported");
     const size_t prefix = std::string_view(kPeftKeyPrefix).size();
     const std::string module = key.substr(prefix, key.size() - prefix - kSuffixA.size());
     TORCH_CHECK(!module.empty(), weights_where, ": tensor '", key, "' names no module");
@@ -635,10 +662,35 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                 ": module '",
                 module,
                 "' has ",
-                pair.a ? "lora_A.weight but no lora_B.weight" : "lora_B.weight but no lora_A.weight",
+                pair.a   ? "lora_A.weight but no lora_B.weight"
+                : pair.b ? "lora_B.weight but no lora_A.weight"
+                         : "a DoRA magnitude but no lora_A.weight or lora_B.weight",
                 "; every adapted module needs both, the file is incomplete (re-save the adapter)");
     const TensorInfo& a = file.info(*pair.a);
     const TensorInfo& b = file.info(*pair.b);
+    TORCH_CHECK(pair.magnitude.has_value() == config.use_dora,
+                weights_where,
+                ": module '",
+                module,
+                "' has ",
+                pair.magnitude ? "a DoRA magnitude" : "no DoRA magnitude (lora_magnitude_vector)",
+                " but ",
+                config_where,
+                " says use_dora ",
+                config.use_dora ? "true" : "false",
+                "; the file is incomplete or belongs to another adapter");
+    at::Tensor magnitude;
+    if (pair.magnitude) {
+      const auto& info = file.info(*pair.magnitude);
+      TORCH_CHECK(info.shape.size() == 1 && b.shape.size() == 2 && info.shape[0] == b.shape[0],
+                  weights_where,
+                  ": '",
+                  *pair.magnitude,
+                  "' has shape ",
+                  c10::IntArrayRef(info.shape),
+                  "; a DoRA magnitude has one entry per output row of the layer (lora_B.weight's first dimension)");
+      magnitude = trainable_fp32(file, *pair.magnitude);
+    }
     const auto [path, stacked, parameter] = adapted_path(module, config);
     const lora::LoraConfig own = config.for_module(path);
     if (stacked) {
@@ -701,7 +753,8 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
                             lora::LoraAdapter{.a = trainable_fp32(file, *pair.a),
                                               .b = trainable_fp32(file, *pair.b),
                                               .scaling = own.scaling(),
-                                              .dropout = parameter ? 0.0 : config.dropout});
+                                              .dropout = parameter ? 0.0 : config.dropout,
+                                              .magnitude = magnitude});
   }
   return loaded;
 }

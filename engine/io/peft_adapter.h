@@ -4,9 +4,10 @@
 // Adapters are qtrain's output, and users take them to PEFT, vLLM, axolotl or a merge script, so
 // the writer produces exactly what PEFT writes (every config field PEFT 0.21 writes, the same
 // tensor keys) and the reader accepts what PEFT writes for plain LoRA, per-module ranks and alphas
-// (rank_pattern, alpha_pattern), LoRA on MoE experts and routers and the embeddings and head
-// trained in full (modules_to_save) included. Anything that would change the adapter's meaning and
-// that qtrain does not implement (DoRA, LoRA biases, ...) is refused by name rather than dropped.
+// (rank_pattern, alpha_pattern), LoRA on MoE experts and routers, the embeddings and head trained in
+// full (modules_to_save) and DoRA's magnitudes (use_dora, "<module>.lora_magnitude_vector")
+// included. Anything that would change the adapter's meaning and that qtrain does not implement
+// (LoRA biases, ...) is refused by name rather than dropped.
 #pragma once
 
 #include <ATen/core/Tensor.h>

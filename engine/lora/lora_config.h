@@ -9,6 +9,7 @@
 #pragma once
 
 #include <c10/util/Exception.h>
+#include <c10/util/StringUtil.h>
 
 #include <cmath>
 #include <cstdint>
@@ -34,6 +35,10 @@ struct LoraConfig {
   // head (lm_head). Combined with target_modules, a module matching either is targeted.
   bool target_all_linear = false;
   bool use_rslora = false;
+  // PEFT's use_dora (axolotl's peft_use_dora): weight-decomposed LoRA, a trained magnitude per
+  // output row beside A and B (Note [DoRA] in engine/lora/lora_linear.h). Linear modules only:
+  // PEFT refuses it on target_parameters.
+  bool use_dora = false;
   // PEFT's target_parameters (axolotl's lora_target_parameters): parameters, not modules, matched
   // the same way against "<module path>.<parameter>", e.g. "mlp.experts.gate_up_proj" matches
   // "model.layers.0.mlp.experts.gate_up_proj". Used for the stacked experts of MoE layers (see
@@ -129,6 +134,13 @@ struct LoraConfig {
                 dropout,
                 " but LoRA on parameters (lora_target_parameters, e.g. MoE experts) has no dropout: PEFT refuses "
                 "it, since the experts' delta is merged into the weight; set lora_dropout: 0");
+    TORCH_CHECK(!use_dora || target_parameters.empty(),
+                where,
+                ": DoRA (use_dora) with LoRA on parameters (target_parameters [",
+                c10::Join(", ", target_parameters),
+                "]): PEFT refuses the pair (its ParamWrapper does not work with use_dora), so the adapter could not "
+                "be used there. Drop one; on Qwen3-MoE and Mixtral, lora_target_linear turns the MLP and router "
+                "into target_parameters, so list the attention projections instead");
     for (const std::string& entry : target_parameters) {
       TORCH_CHECK(!entry.empty() && !entry.starts_with('.') && !entry.ends_with('.'),
                   where,

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include <cmath>
 
@@ -83,6 +84,41 @@ at::Tensor lora_delta(const at::Tensor& x, const LoraAdapter& adapter, bool trai
   return delta.to(x.scalar_type());
 }
 
+at::Tensor dora_magnitude(const at::Tensor& base_w, const LoraAdapter& adapter) {
+  check_adapter(adapter);
+  at::NoGradGuard no_grad;
+  const auto w = base_w.to(adapter.a.device());
+  const auto lora_weight = at::matmul(adapter.b, adapter.a);
+  const auto norm = at::linalg_vector_norm(w + lora_weight * adapter.scaling, 2, {1});
+  return norm.to(at::kFloat).detach().set_requires_grad(true);
+}
+
+at::Tensor dora_output(const at::Tensor& x,
+                       const at::Tensor& base_out,
+                       const at::Tensor& base_w,
+                       const std::optional<at::Tensor>& bias,
+                       const LoraAdapter& adapter,
+                       bool training) {
+  check_adapter(adapter);
+  TORCH_CHECK(adapter.magnitude.defined() && adapter.magnitude.dim() == 1 &&
+                  adapter.magnitude.size(0) == adapter.out_features(),
+              "dora_output: the DoRA magnitude must be [out_features] = [",
+              adapter.out_features(),
+              "]");
+  const auto fp32 = adapter.a.scalar_type();
+  at::Tensor h = x.to(fp32);
+  const bool dropped = training && adapter.dropout > 0;
+  if (dropped) h = at::dropout(h, adapter.dropout, /*train=*/true);
+  const auto w = base_w.to(fp32);
+  const auto lora_weight = at::matmul(adapter.b, adapter.a).detach();
+  const auto norm = at::linalg_vector_norm(w + lora_weight * adapter.scaling, 2, {1}).detach();
+  const auto scale = (adapter.magnitude / norm).view({1, -1});
+  const auto lora_result = at::linear(at::linear(h, adapter.a), adapter.b);
+  const auto base = dropped ? at::linear(h, w) : bias ? base_out - *bias : base_out;
+  const auto dora = (scale - 1) * base + scale * lora_result * adapter.scaling;
+  return (base_out + dora).to(x.scalar_type());
+}
+
 at::Tensor lora_merged_weight(const at::Tensor& base_w, const LoraAdapter& adapter) {
   check_adapter(adapter);
   TORCH_CHECK(base_w.dim() == 2 && base_w.size(0) == adapter.out_features() && base_w.size(1) == adapter.in_features(),
@@ -102,7 +138,13 @@ at::Tensor lora_merged_weight(const at::Tensor& base_w, const LoraAdapter& adapt
   // rounds the delta to the weight's dtype first.)
   const at::Tensor delta =
       at::matmul(adapter.b.detach().to(base_w.device()), adapter.a.detach().to(base_w.device())) * adapter.scaling;
-  return (base_w.detach() + delta).to(base_w.scalar_type());
+  if (!adapter.magnitude.defined()) return (base_w.detach() + delta).to(base_w.scalar_type());
+  // DoRA (PEFT's DoraLinearVariant.merge_safe): the norm of W + delta per row, then each row of
+  // W + delta scaled to the magnitude.
+  const auto merged = base_w.detach() + delta;
+  const auto norm = at::linalg_vector_norm(merged, 2, {1});
+  const auto factor = adapter.magnitude.detach().to(base_w.device()) / norm;
+  return (factor.view({-1, 1}) * merged).to(base_w.scalar_type());
 }
 
 }  // namespace qtrain::engine::lora

@@ -20,6 +20,24 @@
 // rounding in a sizeable fraction of the elements.) Under torch.autocast (HF Trainer with
 // bf16=True) PEFT skips the cast and the LoRA matmuls themselves run in bf16; qtrain does not
 // emulate autocast.
+//
+// Note [DoRA]
+// PEFT's use_dora (peft/tuners/lora/dora.py, DoraLinearLayer; variants.py, DoraLinearVariant)
+// adds a trained magnitude m [out] to A and B. With W the base weight dequantized to the compute
+// dtype and then to float32, and h = x.to(fp32) (after dropout when training with dropout):
+//     norm   = || W + scaling * (B A) ||  per output row, B A detached, the norm itself detached
+//     s      = m / norm                                              [1, out]
+//     dora   = (s - 1) * base + s * B(A(h)) * scaling
+//     y      = (W x + bias + dora).to(x's dtype)
+// where `base` is the base layer's own output less its bias (W x in the compute dtype) when no
+// dropout acts, and F.linear(h, W) (float32) on the dropped-out input otherwise. Unlike plain
+// LoRA on a bitsandbytes base, PEFT adds the float32 DoRA term to the base output before the one
+// rounding. A new adapter starts with m = || W || per row (B is zero), so it is a no-op. The
+// merged weight is (m / || W + scaling B A ||) * (W + scaling B A), row by row. qtrain computes B A
+// as one product where PEFT's forward multiplies an identity matrix through the two layers (the
+// same sums in a different order, and an [in, in] temporary qtrain does not make). Each forward
+// makes float32 copies of W: DoRA costs a dense weight per adapted layer transiently, in PEFT as
+// here.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -27,6 +45,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "engine/lora/lora_config.h"
 
@@ -39,6 +58,8 @@ struct LoraAdapter {
   at::Tensor b;  // [out, r] fp32, requires_grad; zero at init, so a new adapter is a no-op
   double scaling = 1.0;
   double dropout = 0.0;
+  // DoRA's magnitude (Note [DoRA]): [out] fp32, requires_grad; undefined for plain LoRA.
+  at::Tensor magnitude;
 
   int64_t rank() const { return a.size(0); }
   int64_t in_features() const { return a.size(1); }
@@ -65,7 +86,23 @@ LoraAdapter lora_init(
 // state replays the same masks. See Note [LoRA numerics] for the dtypes.
 at::Tensor lora_delta(const at::Tensor& x, const LoraAdapter& adapter, bool training);
 
-// base_w: [out, in] -> W + scaling * (B @ A) in base_w's dtype, the delta computed in the
+// DoRA's starting magnitude: the L2 norm of each row of W + scaling * (B @ A) computed in float32
+// (PEFT's DoraLinearLayer.update_layer), as a trainable fp32 leaf on the adapter's device.
+// `base_w`: [out, in], the base weight dequantized to the compute dtype.
+at::Tensor dora_magnitude(const at::Tensor& base_w, const LoraAdapter& adapter);
+
+// A DoRA layer's output (Note [DoRA]): `base_out` = W x + bias as the base layer computed it,
+// `base_w` the base weight dequantized to x's dtype, `bias` the base layer's bias (if any), in x's
+// dtype. Differentiable in x, A, B and the magnitude. Dropout as lora_delta's.
+at::Tensor dora_output(const at::Tensor& x,
+                       const at::Tensor& base_out,
+                       const at::Tensor& base_w,
+                       const std::optional<at::Tensor>& bias,
+                       const LoraAdapter& adapter,
+                       bool training);
+
+// base_w: [out, in] -> W + scaling * (B @ A) in base_w's dtype (with DoRA, that scaled row by row
+// to the magnitude, Note [DoRA]), the delta computed in the
 // adapter's dtype and added before the single rounding (PEFT's Linear.merge). Not differentiable:
 // merging is for export.
 at::Tensor lora_merged_weight(const at::Tensor& base_w, const LoraAdapter& adapter);

@@ -129,6 +129,7 @@ std::vector<at::Tensor> DecoderLayer::mlp_parameters() const {
     if (l->lora) {
       params.push_back(l->lora->a);
       params.push_back(l->lora->b);
+      if (l->lora->magnitude.defined()) params.push_back(l->lora->magnitude);
     }
   }
   return params;
@@ -140,12 +141,14 @@ std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
     if (l->lora) {
       params.push_back(l->lora->a);
       params.push_back(l->lora->b);
+      if (l->lora->magnitude.defined()) params.push_back(l->lora->magnitude);
     }
   }
   if (moe) {
     if (moe->router_lora) {
       params.push_back(moe->router_lora->a);
       params.push_back(moe->router_lora->b);
+      if (moe->router_lora->magnitude.defined()) params.push_back(moe->router_lora->magnitude);
     }
     for (const auto* l : {&moe->experts.gate_up_lora, &moe->experts.down_lora}) {
       if (*l) {

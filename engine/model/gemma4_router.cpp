@@ -26,8 +26,13 @@ Routing gemma4_route(const Gemma4Router& r, const at::Tensor& x, const lora::Lor
   const double root = 1.0 / std::sqrt(static_cast<double>(x.size(1)));
   // The order of transformers' ops, each in x's dtype: (rms(x) * scale) * H^-0.5, then proj.
   const auto z = ops::gemma4_rms_norm(x, at::Tensor(), r.eps) * r.scale.to(dtype) * root;
-  auto logits = at::matmul(z, r.proj.to(dtype).t());
-  if (adapter != nullptr) logits = logits + lora::lora_delta(z, *adapter, training);
+  const auto proj = r.proj.to(dtype);
+  auto logits = at::matmul(z, proj.t());
+  if (adapter != nullptr && adapter->magnitude.defined()) {
+    logits = lora::dora_output(z, logits, proj, std::nullopt, *adapter, training);
+  } else if (adapter != nullptr) {
+    logits = logits + lora::lora_delta(z, *adapter, training);
+  }
   auto probs = at::softmax(logits, -1, at::kFloat);
   auto [weights, experts] = at::topk(probs, r.top_k, -1);
   weights = weights / weights.sum(-1, /*keepdim=*/true);

@@ -103,8 +103,9 @@ at::Tensor LinearLayer::forward(const at::Tensor& x, bool training) const {
   } else {
     y = ops::linear_int8(x, std::get<ops::Int8Weight>(weight), bias, quant.int8_compute, quant.int8_threshold);
   }
-  if (lora) y = y + lora::lora_delta(x, *lora, training);
-  return y;
+  if (!lora) return y;
+  if (lora->magnitude.defined()) return lora::dora_output(x, y, dense_weight(x.scalar_type()), bias, *lora, training);
+  return y + lora::lora_delta(x, *lora, training);
 }
 
 at::Tensor LinearLayer::dense_weight(at::ScalarType dtype) const {

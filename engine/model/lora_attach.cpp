@@ -41,6 +41,9 @@ lora::LoraAdapter trainable_on(const lora::LoraAdapter& adapter, at::Device devi
   lora::LoraAdapter copy = adapter;
   copy.a = adapter.a.to(device, at::kFloat).detach().requires_grad_(true);
   copy.b = adapter.b.to(device, at::kFloat).detach().requires_grad_(true);
+  if (adapter.magnitude.defined()) {
+    copy.magnitude = adapter.magnitude.to(device, at::kFloat).detach().requires_grad_(true);
+  }
   return copy;
 }
 
@@ -55,6 +58,8 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
       if (!config.targets(linear->name)) continue;
       linear->lora = lora::lora_init(
           linear->in_features, linear->out_features, config.for_module(linear->name), gen, model.device());
+      if (config.use_dora)
+        linear->lora->magnitude = lora::dora_magnitude(linear->dense_weight(model.dtype()), *linear->lora);
       ++adapted;
     }
     if (!layer.moe) continue;
@@ -66,6 +71,10 @@ int64_t attach_new_lora(CausalLM& model, const lora::LoraConfig& config, uint64_
                                         config.for_module(router_lora_path(moe_config, moe.router_module)),
                                         gen,
                                         model.device());
+      if (config.use_dora) {
+        const auto& proj = moe.gemma4_router ? moe.gemma4_router->proj : moe.router;
+        moe.router_lora->magnitude = lora::dora_magnitude(proj.to(model.dtype()), *moe.router_lora);
+      }
       ++adapted;
     }
     auto& ex = moe.experts;

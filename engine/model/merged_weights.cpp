@@ -70,11 +70,16 @@ at::Tensor expert_tensor(const std::string& name, const CausalLM& lm, std::map<i
   return ex.gate_up[e].narrow(0, part == "gate_proj" || part == "w1" ? 0 : i, i);
 }
 
+// Whether `name` is bitsandbytes' quantization state of a weight in `weights`: "<w>.weight.<...>"
+// (4-bit: absmax, quant_map, nested_*, quant_state.*) or the 8-bit siblings "<w>.SCB" and
+// "<w>.weight_format". A layer's bias ("<w>.bias") is a tensor of its own.
 bool quant_state_of(const std::string& name, const std::map<std::string, at::Tensor>& weights) {
   const auto w = name.find(".weight.");
   if (w != std::string::npos && weights.count(name.substr(0, w + 7))) return true;
   const auto dot = name.rfind('.');
-  return dot != std::string::npos && weights.count(name.substr(0, dot) + ".weight");
+  if (dot == std::string::npos) return false;
+  const auto leaf = name.substr(dot + 1);
+  return (leaf == "SCB" || leaf == "weight_format") && weights.count(name.substr(0, dot) + ".weight");
 }
 
 }  // namespace

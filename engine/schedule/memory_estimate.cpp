@@ -131,7 +131,8 @@ std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
 }
 
 // The element counts of layer `layer`'s trainable LoRA tensors: per adapted linear A [r, in] and
-// B [out, r]; on an adapted router A [r, H] and B [E, r] (Note [Router LoRA]); per targeted expert
+// B [out, r] (and DoRA's magnitude [out]); on an adapted router A [r, H] and B [E, r] (Note
+// [Router LoRA]); per targeted expert
 // parameter A [r E, in] and B [out, r E] (Note [Expert LoRA layout]).
 std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::LoraConfig& lora, int64_t layer) {
   const std::string prefix = c.weight_prefix + "layers." + std::to_string(layer) + ".";
@@ -141,6 +142,7 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
       const int64_t r = lora.rank_for(prefix + l.module);
       sizes.push_back(r * l.in);
       sizes.push_back(r * l.out);
+      if (lora.use_dora) sizes.push_back(l.out);  // the magnitude
     }
   }
   if (c.layer_is_sparse(layer)) {
@@ -151,6 +153,7 @@ std::vector<int64_t> lora_tensor_sizes(const model::ModelConfig& c, const lora::
     if (model::targets_router(lora, *c.moe, router)) {
       const int64_t r = lora.rank_for(model::router_lora_path(*c.moe, router));
       sizes.insert(sizes.end(), {r * h, e * r});
+      if (lora.use_dora) sizes.push_back(e);
     }
     if (lora.targets_parameter(gate_up)) {
       const int64_t re = lora.rank_for(gate_up) * e;
@@ -372,9 +375,21 @@ offload::LayerCost layer_cost(const model::ModelConfig& c, const MemoryShape& sh
     saved += N * H * s - dense_saved(N);
     mlp_transient = std::max(dense_saved(n) + n * Id * (4 * s + 4) + N * H * s, N * experts_i * (4 * s + 4));
   }
+  // DoRA (Note [DoRA] in engine/lora/lora_linear.h): each adapted linear keeps the base output (s)
+  // and its LoRA product (float32) for the magnitude's scaling, and with dropout the float32
+  // weight that its F.linear on the dropped-out input keeps; its forward makes the weight in
+  // float32, B A and their sum beside the dequantized weight.
+  int64_t dora_copy = 0;
+  if (shape.lora.use_dora) {
+    for (const Linear& l : linears) {
+      if (l.expert || targeted(l) == 0) continue;
+      saved += N * l.out * (s + 4) + (shape.lora.dropout > 0 ? l.out * l.in * 4 : 0);
+      dora_copy = std::max(dora_copy, l.out * l.in * (s + 12));
+    }
+  }
   cost.saved_full = saved;
 
-  int64_t dequantized = 0;
+  int64_t dequantized = dora_copy;
   const bool grouped = sparse && grouped_experts(c, shape);
   for (const Linear& l : linears) {
     if (l.expert && grouped) {

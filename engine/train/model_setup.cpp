@@ -89,6 +89,7 @@ lora::LoraConfig lora_config(const config::RunConfig& config, const model::Model
   c.target_modules_regex = config.lora_target_modules_regex;
   c.target_all_linear = config.lora_target_linear;
   c.use_rslora = config.peft_use_rslora;
+  c.use_dora = config.peft_use_dora;
   c.target_parameters = config.lora_target_parameters;
   c.rank_pattern = config.lora_rank_pattern;
   c.alpha_pattern = config.lora_alpha_pattern;

@@ -51,7 +51,12 @@ namespace {
 // puts a ModulesToSaveWrapper's weight in its first group, beside lora_A).
 std::vector<double> loraplus_lr_scales(const model::CausalLM& lm, const std::vector<at::Tensor>& params, double ratio) {
   std::set<const void*> b;
-  for (const auto& [module, adapter] : model::lora_adapters(lm)) b.insert(adapter.b.unsafeGetTensorImpl());
+  // peft's create_loraplus_optimizer puts lora_B and every 1-D parameter (DoRA's magnitudes) at
+  // the ratio.
+  for (const auto& [module, adapter] : model::lora_adapters(lm)) {
+    b.insert(adapter.b.unsafeGetTensorImpl());
+    if (adapter.magnitude.defined()) b.insert(adapter.magnitude.unsafeGetTensorImpl());
+  }
   std::vector<double> scales;
   for (const auto& p : params) scales.push_back(b.count(p.unsafeGetTensorImpl()) != 0 ? ratio : 1.0);
   return scales;
@@ -194,6 +199,10 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       }
     }
   } else {
+    TORCH_CHECK(!lora.use_dora || !sharded,
+                "peft_use_dora with shard_base: a new DoRA adapter's magnitudes start from every layer's whole base "
+                "weight, which a rank of a sharded base does not hold. Train the first steps without shard_base and "
+                "continue from that adapter with lora_model_dir");
     model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
   }
   // Modules trained in full beyond the adapter's: the run's lora_modules_to_save (an adapter from
@@ -239,10 +248,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   }
   for (const auto& [module, weight] : model::saved_modules(lm)) patterns += ", " + module + " trained in full";
   std::fprintf(out,
-               "lora: r %lld, alpha %g%s%s, %zu tensors, %lld trainable parameters\n",
+               "lora: r %lld, alpha %g%s%s%s, %zu tensors, %lld trainable parameters\n",
                static_cast<long long>(lora.r),
                lora.alpha,
                lora.use_rslora ? " (rsLoRA)" : "",
+               lora.use_dora ? " (DoRA)" : "",
                patterns.c_str(),
                params.size(),
                static_cast<long long>(trainable));
@@ -368,8 +378,16 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                   adapter.b.sizes(),
                   "; the checkpoint belongs to a run with another base model or lora_r: resume with that run's "
                   "base_model and config, or start a new run");
+      TORCH_CHECK(it->second.magnitude.defined() == adapter.magnitude.defined(),
+                  (resume / io::kPeftWeightsFile).string(),
+                  ": '",
+                  module,
+                  adapter.magnitude.defined() ? "' has no DoRA magnitude, but this run trains DoRA (peft_use_dora)"
+                                              : "' has a DoRA magnitude, but this run trains plain LoRA",
+                  "; resume with that run's config, or start a new run");
       adapter.a.copy_(it->second.a);
       adapter.b.copy_(it->second.b);
+      if (adapter.magnitude.defined()) adapter.magnitude.copy_(it->second.magnitude);
     }
     const auto saved = model::saved_modules(lm);
     for (const auto& [module, weight] : saved) {

@@ -14,6 +14,10 @@ under --out/<arch>/:
                             copies); reference.safetensors' saved.logits, saved.loss and
                             saved.grad.<module>[.lora_A|.lora_B] (model.embed_tokens, lm_head too)
                             are for it, float32
+  adapter_dora/             (llama, qwen2) a DoRA adapter (use_dora) on every linear layer, random
+                            B and magnitudes off the row norms; reference.safetensors'
+                            dora.<quant>.logits, .loss and .grad.<module>.lora_A|lora_B|
+                            lora_magnitude_vector for it on the float32, NF4 and INT8 bases
   reference.safetensors     input ids, labels, and logits / loss / LoRA gradients for the base
                             in float32, NF4 (double quant) and INT8 (bitsandbytes), each with and
                             without the adapter; and int8_exact.*: INT8 evaluation with
@@ -136,6 +140,8 @@ def make_arch(arch, root):
     peft_model.save_pretrained(adapter_dir)
     if arch in SAVED_MODULES_ARCHS:
         saved_modules_adapter(base_dir, os.path.join(root, "adapter_saved"))
+    if arch in DORA_ARCHS:
+        dora_adapter(base_dir, os.path.join(root, "adapter_dora"))
 
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(0, cfg.vocab_size, (2, 24), generator=gen)
@@ -152,6 +158,12 @@ def make_arch(arch, root):
         with_adapter = PeftModel.from_pretrained(load(base_dir, quant), adapter_dir, is_trainable=True)
         for k, v in run(with_adapter, ids, labels, train=True).items():
             tensors[f"{quant}.lora.{k}"] = v
+    if arch in DORA_ARCHS:
+        for quant in QUANT:
+            with_dora = PeftModel.from_pretrained(load(base_dir, quant), os.path.join(root, "adapter_dora"),
+                                                  is_trainable=True)
+            for k, v in run(with_dora, ids, labels, train=True).items():
+                tensors[f"dora.{quant}.{k}"] = v
     if arch in SAVED_MODULES_ARCHS:
         with_saved = PeftModel.from_pretrained(load(base_dir, "fp32"), os.path.join(root, "adapter_saved"),
                                                is_trainable=True)
@@ -178,6 +190,26 @@ def saved_modules_adapter(base_dir, adapter_dir):
                 p.normal_(0, 0.05)
             if ".modules_to_save." in name:
                 p.add_(torch.randn_like(p) * 0.05)
+    peft_model.save_pretrained(adapter_dir)
+
+
+# Plain (llama) and biased (qwen2: q/k/v biases, which DoRA takes out of the base output) layers.
+DORA_ARCHS = ("llama", "qwen2")
+
+
+def dora_adapter(base_dir, adapter_dir):
+    """A PEFT DoRA adapter (use_dora=True) on every linear: random B, and magnitudes moved off the
+    base's row norms, so that A, B and the magnitudes all matter."""
+    torch.manual_seed(13)
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS,
+                                                  use_dora=True))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+            if "lora_magnitude_vector" in name:
+                p.mul_(1 + 0.1 * torch.randn_like(p))
     peft_model.save_pretrained(adapter_dir)
 
 

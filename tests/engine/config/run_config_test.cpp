@@ -668,9 +668,9 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
        {},
        "run.yaml:3:1: deepspeed: axolotl key 'deepspeed' is not supported by qtrain; qtrain's multi-GPU runs do not "
        "use DeepSpeed or FSDP"},
-      {kHead + "peft_use_dora: true\n",
+      {kHead + "relora_steps: 100\n",
        {},
-       "run.yaml:3:1: peft_use_dora: axolotl key 'peft_use_dora' is not supported by qtrain; DoRA is not supported"},
+       "run.yaml:3:1: relora_steps: axolotl key 'relora_steps' is not supported by qtrain; ReLoRA is not supported"},
       {kHead + "layer_offloading: true\n",
        {},
        "run.yaml:3:1: layer_offloading: axolotl key 'layer_offloading' is not supported by qtrain; qtrain streams "

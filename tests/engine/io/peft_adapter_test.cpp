@@ -416,10 +416,14 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        },
        "'" + q0 + ".lora_B.weight' has shape [64, 3] but ",
        weights_name},
-      {"use_dora",
+      {"use_dora_without_magnitudes",
        edit_config([](json& j) { j["use_dora"] = true; }),
-       "\"use_dora\" is true, which needs DoRA (weight-decomposed LoRA): not supported",
-       config_name},
+       "module 'model.layers.0.self_attn.q_proj' has no DoRA magnitude (lora_magnitude_vector) but ",
+       weights_name},
+      {"magnitude_without_use_dora",
+       [&](const fs::path& d) { rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}}); },
+       "tensor '" + q0 + ".lora_magnitude_vector' is a DoRA magnitude, but ",
+       weights_name},
       {"rank_pattern",
        edit_config([](json& j) {
          j["rank_pattern"] = {{"q_proj", 8}};
@@ -508,12 +512,6 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
          rewrite_tensors(d, {}, {{"model.layers.0.self_attn.k_proj.lora_A.weight", at::zeros({4, 64})}});
        },
        "tensor 'model.layers.0.self_attn.k_proj.lora_A.weight' does not start with \"base_model.model.\"",
-       weights_name},
-      {"dora_magnitude",
-       [&](const fs::path& d) {
-         rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}});
-       },
-       "tensor '" + q0 + ".lora_magnitude_vector' is not a lora_A.weight or lora_B.weight",
        weights_name},
       {"int_weights",
        [&](const fs::path& d) {

@@ -239,6 +239,48 @@ TEST_F(Trainer, ModulesTrainedInFullFollowPeftStepForStepAndResume) {
   }
 }
 
+// DoRA (an adapter peft wrote with use_dora): every step's loss follows transformers + peft's on
+// float32 and NF4 bases, the magnitudes trained beside A and B by the same AdamW, clipping and
+// schedule; a run resumed from a checkpoint continues bitwise. A new DoRA adapter
+// (peft_use_dora) trains and is saved with its magnitudes. Tolerance as
+// LossesMatchTransformersAndPeftForFloatAndNf4Bases.
+TEST_F(Trainer, DoraFollowsPeftStepForStepAndResumes) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  const std::string adapter = "lora_model_dir=" + (base / "adapter_dora").string();
+  for (const std::string quant : {"fp32", "nf4"}) {
+    const auto full = train(config(
+        "dora-" + quant, {adapter, quant == "nf4" ? "load_in_4bit=true" : "load_in_4bit=false", "save_steps=8"}));
+    const auto ours = losses(full.output_dir);
+    const auto theirs = python_losses((base / "base").string() + " " + (base / "adapter_dora").string() + " " +
+                                      (dir_ / "data.jsonl").string() + " " + quant + " 20 0.002 3");
+    ASSERT_EQ(ours.size(), 20u);
+    ASSERT_EQ(theirs.size(), 20u);
+    for (size_t i = 0; i < 20; ++i) EXPECT_NEAR(ours[i], theirs[i], 2e-4 * theirs[i]) << quant << " step " << i + 1;
+    const auto trained = io::load_peft_adapter(full.output_dir), start = io::load_peft_adapter(base / "adapter_dora");
+    ASSERT_TRUE(trained.config.use_dora);
+    for (const auto& [name, a] : trained.adapters) {
+      EXPECT_FALSE(at::equal(a.magnitude, start.adapters.at(name).magnitude)) << name << ": the magnitude trained";
+    }
+    if (quant != "fp32") continue;
+    const auto resumed = train(
+        config("dora-resumed", {adapter, "resume_from_checkpoint=" + (full.output_dir / "checkpoint-8").string()}));
+    const auto b = losses(resumed.output_dir);
+    ASSERT_EQ(b.size(), 12u);
+    for (size_t i = 0; i < 12; ++i) EXPECT_EQ(ours[8 + i], b[i]) << "step " << 9 + i;
+    for (const auto& [name, a] : io::load_peft_adapter(resumed.output_dir).adapters) {
+      EXPECT_TRUE(test::bitwise_equal(a.magnitude, trained.adapters.at(name).magnitude)) << name;
+    }
+  }
+  const auto fresh = train(config("dora-new", {"lora_model_dir=", "peft_use_dora=true", "max_steps=4"}));
+  const auto m = losses(fresh.output_dir);
+  ASSERT_EQ(m.size(), 4u);
+  EXPECT_LT(m.back(), m.front());
+  const auto saved = io::load_peft_adapter(fresh.output_dir);
+  EXPECT_TRUE(saved.config.use_dora);
+  for (const auto& [name, a] : saved.adapters) EXPECT_TRUE(a.magnitude.defined()) << name;
+}
+
 // LoRA+ (loraplus_lr_ratio): lora_B at 16 times the learning rate, as peft's
 // create_loraplus_optimizer groups the parameters; every step's loss follows transformers + peft's
 // and differs from the run without it (tolerance as LossesMatchTransformersAndPeftForFloatAndNf4Bases).
