@@ -5,6 +5,7 @@
 
 #include "apps/eval_command.h"
 #include "apps/init_model_command.h"
+#include "apps/keys_command.h"
 #include "apps/launch_command.h"
 #include "apps/merge_command.h"
 #include "apps/plan_command.h"
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   qtrain::apps::add_eval_command(app);
   qtrain::apps::add_init_model_command(app);
+  qtrain::apps::add_keys_command(app);
   qtrain::apps::add_merge_command(app);
   qtrain::apps::add_preprocess_command(app);
   qtrain::apps::add_quant_report_command(app);

@@ -3,98 +3,12 @@
 
 #include <algorithm>
 
+#include "engine/config/run_config_table.h"
+
 namespace qtrain::engine::config {
 namespace {
 
 // --- the key lists ---------------------------------------------------------------------------
-
-// The keys of RunConfig, in the order of the header, the docs and to_yaml.
-const std::vector<std::string> kKeys = {
-    "base_model",
-    "load_in_4bit",
-    "load_in_8bit",
-    "bnb_4bit_quant_type",
-    "bnb_4bit_use_double_quant",
-    "bnb_4bit_blocksize",
-    "llm_int8_threshold",
-    "int8_compute",
-    "quantize_moe_experts",
-    "model_config",
-    "adapter",
-    "lora_r",
-    "lora_alpha",
-    "lora_dropout",
-    "lora_target_modules",
-    "lora_target_linear",
-    "lora_target_parameters",
-    "lora_modules_to_save",
-    "unfrozen_parameters",
-    "peft_use_rslora",
-    "peft_use_dora",
-    "lora_rank_pattern",
-    "lora_alpha_pattern",
-    "lora_model_dir",
-    "datasets",
-    "sequence_len",
-    "sample_packing",
-    "train_on_inputs",
-    "chat_template",
-    "chat_template_jinja",
-    "eot_tokens",
-    "special_tokens",
-    "tokens",
-    "resize_token_embeddings_to_32x",
-    "mean_resizing_embeddings",
-    "shrink_embeddings",
-    "excess_length_strategy",
-    "dataset_prepared_path",
-    "dataset_processes",
-    "val_set_size",
-    "micro_batch_size",
-    "gradient_accumulation_steps",
-    "num_epochs",
-    "max_steps",
-    "learning_rate",
-    "lr_scheduler",
-    "warmup_steps",
-    "warmup_ratio",
-    "optimizer",
-    "adam_beta1",
-    "adam_beta2",
-    "adam_epsilon",
-    "weight_decay",
-    "max_grad_norm",
-    "loraplus_lr_ratio",
-    "loraplus_lr_embedding",
-    "gradient_checkpointing",
-    "gradient_checkpointing_every_k",
-    "activation_offloading",
-    "tiled_mlp",
-    "tiled_mlp_num_shards",
-    "bf16",
-    "fp16",
-    "device",
-    "offload_layers",
-    "offload_prefetch_depth",
-    "gpu_memory_limit",
-    "output_dir",
-    "save_steps",
-    "saves_per_epoch",
-    "save_total_limit",
-    "logging_steps",
-    "loss_watchdog_threshold",
-    "loss_watchdog_patience",
-    "eval_steps",
-    "evals_per_epoch",
-    "seed",
-    "resume_from_checkpoint",
-    "auto_resume_from_checkpoints",
-    "overwrite_output_dir",
-    "use_tensorboard",
-    "ddp_timeout",
-    "ddp_backend",
-    "shard_base",
-};
 
 // See folded_keys() in config_keys.h.
 const std::vector<std::string> kFoldedKeys = {"fsdp", "fsdp_config", "fsdp_version", "overrides_of_model_config"};
@@ -230,7 +144,12 @@ const std::vector<std::string>& folded_keys() {
 }
 
 const std::vector<std::string>& run_config_keys() {
-  return kKeys;
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> names;
+    for (const auto& key : run_config_table()) names.push_back(key.name);
+    return names;
+  }();
+  return keys;
 }
 
 const std::vector<std::string>& bnb_kwargs_keys() {

@@ -9,7 +9,7 @@
 
 namespace qtrain::engine::config {
 
-// The keys of RunConfig, in the order of the header, the docs and to_yaml.
+// The keys of RunConfig, in the order of the run config table (Note [Run config table]).
 const std::vector<std::string>& run_config_keys();
 // axolotl keys that qtrain reads into one of its own: fsdp, fsdp_config and fsdp_version into
 // shard_base (See Note [FSDP keys] in run_config.cpp), overrides_of_model_config (the older

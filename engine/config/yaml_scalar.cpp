@@ -97,4 +97,37 @@ Range between(double lo, double hi, bool lo_open) {
   return Range{.lo = lo, .hi = hi, .lo_open = lo_open};
 }
 
+std::string yaml_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      static const char* hex = "0123456789ABCDEF";
+      out += "\\x";
+      out += hex[u >> 4];
+      out += hex[u & 0xf];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+std::string yaml_bool(bool v) {
+  return v ? "true" : "false";
+}
+
+std::string yaml_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : ", ") + yaml_quoted(items[i]);
+  return out + "]";
+}
+
 }  // namespace qtrain::engine::config

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace YAML {
 class Node;
@@ -25,6 +26,12 @@ std::optional<double> parse_double(const std::string& s);
 
 // The shortest text that reads back to the same double.
 std::string format_double(double v);
+
+// What to_yaml writes: a YAML double-quoted string (the one form that never reads back as a
+// number, bool or null), true / false, and a flow list of quoted strings.
+std::string yaml_quoted(const std::string& s);
+std::string yaml_bool(bool v);
+std::string yaml_list(const std::vector<std::string>& items);
 
 // A value that asks for nothing: see Note [Recognised axolotl keys].
 bool is_off(const YAML::Node& v);

@@ -97,6 +97,23 @@ class Commands : public testing::Test {
   double reference_ = 0, reference_lora_ = 0;
 };
 
+// `qtrain keys` prints the run config table: every section as docs/CONFIG.md shows it, one key's
+// row, and an error naming a key that is not one.
+TEST_F(Commands, KeysPrintsTheRunConfigTable) {
+  const auto all = run(qtrain() + " keys");
+  EXPECT_EQ(all.status, 0);
+  EXPECT_NE(all.out.find("### LoRA\n\n| Key | Type | Default | Source | Meaning |"), std::string::npos);
+  EXPECT_NE(all.out.find("| `peft_use_dora` | bool | `false` | axolotl |"), std::string::npos);
+  const auto one = run(qtrain() + " keys lora_r");
+  EXPECT_EQ(one.status, 0);
+  EXPECT_EQ(one.out,
+            "| Key | Type | Default | Source | Meaning |\n|---|---|---|---|---|\n"
+            "| `lora_r` | int in [1, 65536] | `8` | axolotl | The rank. |\n");
+  const auto bad = run(qtrain() + " keys lora_rank", /*with_stderr=*/true);
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("'lora_rank' is not a run config key"), std::string::npos) << bad.out;
+}
+
 TEST_F(Commands, EvalPrintsTheLossTransformersComputes) {
   const auto config = write_config(test::model_fixture("llama") / "base");
   const auto r = run(qtrain() + " eval " + config.string());
