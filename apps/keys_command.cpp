@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/config/config_keys.h"
 #include "engine/config/run_config_table.h"
 
 namespace qtrain::apps {
@@ -28,6 +29,10 @@ void add_keys_command(CLI::App& app) {
     for (const auto& section : run_config_sections()) {
       std::printf("### %s\n\n%s\n", section.c_str(), run_config_key_table(section).c_str());
     }
+    std::printf("### axolotl keys qtrain refuses\n\n%s\nInside a `datasets` entry:\n\n%s\n",
+                refused_keys_table(refused_keys()).c_str(),
+                refused_keys_table(refused_dataset_keys()).c_str());
+    std::printf("### axolotl settings qtrain accepts and ignores\n\n%s", ignored_keys_table().c_str());
   });
 }
 

@@ -2,6 +2,7 @@
 #include "engine/config/config_keys.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "engine/config/run_config_table.h"
 
@@ -116,8 +117,8 @@ const std::vector<IgnoredKey> kIgnored = {
     {"gradient_checkpointing_kwargs", "qtrain's checkpointing has no reentrant variant to choose"},
     {"pad_to_sequence_len", "padding changes shapes, not the loss: padded positions carry no label"},
     {"dataloader_num_workers", "qtrain's data loading is in process"},
-    {"dataloader_pin_memory", "qtrain pins batches where it copies them to a GPU"},
     {"dataloader_prefetch_factor", "qtrain's data loading is in process"},
+    {"dataloader_pin_memory", "qtrain pins batches where it copies them to a GPU"},
     {"lora_mlp_kernel", "qtrain's LoRA layers pick their kernels themselves"},
     {"lora_qkv_kernel", "qtrain's LoRA layers pick their kernels themselves"},
     {"lora_o_kernel", "qtrain's LoRA layers pick their kernels themselves"},
@@ -186,6 +187,29 @@ const IgnoredKey* find_ignored(const std::string& key) {
     return k.prefix ? key.starts_with(k.key) : key == k.key;
   });
   return it != kIgnored.end() ? &*it : nullptr;
+}
+
+std::string refused_keys_table(const std::vector<RefusedKey>& table) {
+  std::string out = "| Key | Fix in the message |\n|---|---|\n";
+  for (const RefusedKey& k : table) out += "| `" + std::string(k.key) + "` | " + k.fix + " |\n";
+  return out;
+}
+
+std::string ignored_keys_table() {
+  std::string out = "| Key | Why qtrain can ignore it |\n|---|---|\n";
+  const auto& table = ignored_keys();
+  for (size_t i = 0; i < table.size();) {
+    std::string keys;
+    size_t j = i;
+    for (; j < table.size() && std::string_view(table[j].why) == table[i].why; ++j) {
+      keys += (j == i ? "`" : ", `") + std::string(table[j].key) +
+              (table[j].prefix ? "*` (every key that starts so)" : "`");
+      if (table[j].default_value) keys += std::string(" (silent for `") + table[j].default_value + "`)";
+    }
+    out += "| " + keys + " | " + table[i].why + " |\n";
+    i = j;
+  }
+  return out;
 }
 
 }  // namespace qtrain::engine::config

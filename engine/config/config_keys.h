@@ -45,4 +45,10 @@ struct IgnoredKey {
 const std::vector<IgnoredKey>& ignored_keys();
 const IgnoredKey* find_ignored(const std::string& key);
 
+// docs/CONFIG.md's tables of these (a test holds the docs equal to them; `qtrain keys` prints them):
+// a refused table's "| Key | Fix in the message |" rows, and the ignored keys with one row per run
+// of keys that share a reason.
+std::string refused_keys_table(const std::vector<RefusedKey>& table);
+std::string ignored_keys_table();
+
 }  // namespace qtrain::engine::config
