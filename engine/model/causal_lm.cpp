@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/io/bnb_checkpoint.h"
+#include "ops/host_read.h"
 #include "ops/nn/cross_entropy.h"
 
 namespace qtrain::engine::model {
@@ -394,10 +395,12 @@ at::Tensor CausalLM::embed(const at::Tensor& ids) const {
               ids.scalar_type(),
               " ",
               ids.sizes());
-  TORCH_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < config_.vocab_size),
-              "a token id is outside the model's vocabulary [0, ",
-              config_.vocab_size,
-              "): the data was tokenized for another model");
+  TORCH_CHECK(
+      ids.numel() == 0 || (ops::read_scalar<int64_t>(ids.min(), "embed: token ids in range") >= 0 &&
+                           ops::read_scalar<int64_t>(ids.max(), "embed: token ids in range") < config_.vocab_size),
+      "a token id is outside the model's vocabulary [0, ",
+      config_.vocab_size,
+      "): the data was tokenized for another model");
   auto h = at::embedding(embed_weight(), ids.to(device_));
   return embed_scale_.defined() ? h * embed_scale_ : h;
 }
@@ -434,7 +437,7 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
   auto shifted =
       at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
           .reshape({-1});
-  const int64_t count = (shifted != ops::kIgnoreIndex).sum().item<int64_t>();
+  const int64_t count = ops::read_scalar<int64_t>((shifted != ops::kIgnoreIndex).sum(), "loss: predicted tokens");
   const auto chunk =
       ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   auto sum = ops::chunked_cross_entropy_sum(

@@ -4,13 +4,15 @@
 #include <ATen/ATen.h>
 
 #include "engine/model/grouped_expert_linear.h"
+#include "ops/host_read.h"
 
 namespace qtrain::engine::model {
 namespace {
 
 // Rows per expert of the sorted expert ids, on the CPU (one host sync per layer).
 std::vector<int64_t> rows_per_expert(const at::Tensor& sorted_experts, int64_t num_experts) {
-  const auto counts = at::bincount(sorted_experts, /*weights=*/{}, num_experts).cpu();
+  const auto counts =
+      ops::read_to_host(at::bincount(sorted_experts, /*weights=*/{}, num_experts), "experts: rows per expert");
   return {counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts};
 }
 
@@ -21,7 +23,9 @@ at::Tensor activate(const at::Tensor& gate_up, Activation act) {
 }
 
 // Step 2 one expert at a time: each expert that received rows, on its block.
-at::Tensor per_expert_outputs(const MoeExperts& ex, const at::Tensor& rows, const std::vector<int64_t>& counts,
+at::Tensor per_expert_outputs(const MoeExperts& ex,
+                              const at::Tensor& rows,
+                              const std::vector<int64_t>& counts,
                               bool training) {
   // One split (and one unbind per LoRA tensor): their backward assembles the experts' gradients
   // in one go, where a slice per expert would add E zero-filled [T*K, H] tensors.
@@ -45,7 +49,9 @@ at::Tensor per_expert_outputs(const MoeExperts& ex, const at::Tensor& rows, cons
 // scaling * B_e (A_e x) for each touched expert's block of x, as two grouped products of the
 // touched experts' A [G, r, in] and B [G, r, out] (Note [Expert LoRA layout]: A's rows are
 // expert-major, B's columns expert-minor). Expert LoRA has no dropout (PEFT refuses it).
-at::Tensor grouped_lora_delta(const at::Tensor& x, const lora::ExpertLora& l, const at::Tensor& touched,
+at::Tensor grouped_lora_delta(const at::Tensor& x,
+                              const lora::ExpertLora& l,
+                              const at::Tensor& touched,
                               const at::Tensor& offsets) {
   const auto& s = l.stacked;
   const int64_t e = l.num_experts, r = l.rank();
@@ -99,15 +105,16 @@ bool MoeExperts::uses_grouped_kernel(const at::Device& device, at::ScalarType dt
     case ExpertKernel::per_expert:
       return false;
     case ExpertKernel::grouped:
-      TORCH_CHECK(groupable(dtype),
-                  name,
-                  ": the grouped expert kernel needs experts without LLM.int8 products (int8_compute: llm_int8) and widths (",
-                  hidden_size(),
-                  ", ",
-                  intermediate_size(),
-                  ") and a LoRA rank that are multiples of 16 bytes in ",
-                  dtype,
-                  "; use the per-expert kernel");
+      TORCH_CHECK(
+          groupable(dtype),
+          name,
+          ": the grouped expert kernel needs experts without LLM.int8 products (int8_compute: llm_int8) and widths (",
+          hidden_size(),
+          ", ",
+          intermediate_size(),
+          ") and a LoRA rank that are multiples of 16 bytes in ",
+          dtype,
+          "; use the per-expert kernel");
       return true;
     case ExpertKernel::automatic:
       return device.is_cuda() && groupable(dtype);
@@ -130,8 +137,9 @@ at::Tensor MoeExperts::forward(const at::Tensor& x, const Routing& routing, bool
   auto [sorted, perm] = at::sort(routing.experts.reshape({-1}));
   const auto rows = x.index_select(0, at::floor_divide(perm, k));  // [T*K, H], grouped by expert
   const auto counts = rows_per_expert(sorted, e_count);
-  const auto outputs = uses_grouped_kernel(x.device(), x.scalar_type()) ? grouped_outputs(*this, rows, counts)
-                                                                        : per_expert_outputs(*this, rows, counts, training);
+  const auto outputs = uses_grouped_kernel(x.device(), x.scalar_type())
+                           ? grouped_outputs(*this, rows, counts)
+                           : per_expert_outputs(*this, rows, counts, training);
   // Weighted rows back in (token, slot) order, then the K slots summed (see the Note).
   const auto weighted = outputs * routing.weights.reshape({-1}).index_select(0, perm).unsqueeze(-1);
   const auto inverse = at::empty_like(perm).index_copy_(0, perm, at::arange(perm.size(0), perm.options()));

@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
+#include "ops/host_read.h"
+
 namespace qtrain::engine::train {
 namespace {
 
@@ -27,7 +29,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2).to(device));
   const auto total_norm = at::linalg_vector_norm(at::stack(norms), 2);
   // The one device-to-host sync of the step; the caller logs the norm anyway.
-  const double result = total_norm.item<double>();
+  const double result = ops::read_scalar<double>(total_norm, "clip: gradient norm");
   if (max_norm > 0) {
     // Python's `max_norm / (total_norm + 1e-6)` is Tensor.__rtruediv__: reciprocal, then multiply.
     const auto clip_coef = at::reciprocal(total_norm + 1e-6) * max_norm;
@@ -45,7 +47,7 @@ bool grads_finite(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> finite;
   finite.reserve(grads.size());
   for (const auto& g : grads) finite.push_back(at::isfinite(g).all().to(grads.front().device()));
-  return at::stack(finite).all().item<bool>();
+  return ops::read_scalar<bool>(at::stack(finite).all(), "step: gradients finite");
 }
 
 }  // namespace qtrain::engine::train

@@ -41,6 +41,7 @@
 #include "engine/train/run_vocabulary.h"
 #include "engine/train/step_intervals.h"
 #include "engine/train/training_data.h"
+#include "ops/host_read.h"
 
 namespace qtrain::engine::train {
 namespace fs = std::filesystem;
@@ -116,7 +117,7 @@ double evaluate(schedule::LayerScheduler& scheduler,
     const auto batch = loader.next();
     if (!mine) continue;
     const auto r = scheduler.eval_loss(plan, step_inputs(batch, device, /*packed=*/false));
-    sum += r.loss_sum.item<double>();
+    sum += ops::read_scalar<double>(r.loss_sum, "eval: loss");
     tokens += r.tokens;
   }
   const auto total = sum_over_ranks(comm, {sum, static_cast<double>(tokens)}, "summing the evaluation loss");
@@ -485,11 +486,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         auto objective = r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens));
         if (const auto& aux = scheduler.aux_loss(); aux.defined()) {
           objective = objective + aux_coef * aux;
-          step_aux += aux.item<double>();
+          step_aux += ops::read_scalar<double>(aux, "step: load-balancing loss");
         }
         objective.backward();
         recomputed += scheduler.stats().layers_recomputed;
-        step_loss += r.loss_sum.item<double>();
+        step_loss += ops::read_scalar<double>(r.loss_sum, "step: loss");
       }
     } catch (const c10::OutOfMemoryError& e) {
       TORCH_CHECK(false, out_of_memory_report(device_plan, c, state.global_step + 1, e.what_without_backtrace()));

@@ -5,6 +5,8 @@
 
 #include <ATen/ATen.h>
 
+#include "ops/host_read.h"
+
 namespace qtrain::ops {
 namespace {
 
@@ -118,7 +120,7 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
   TORCH_CHECK(chunk_tokens > 0, "chunked_cross_entropy: chunk_tokens must be positive, got ", chunk_tokens);
   TORCH_CHECK(!softcap || *softcap > 0, "chunked_cross_entropy: softcap must be positive, got ", softcap.value_or(0));
   const auto bad = (labels != kIgnoreIndex).logical_and((labels < 0).logical_or(labels >= weight.size(0)));
-  TORCH_CHECK(!bad.any().item<bool>(),
+  TORCH_CHECK(!read_scalar<bool>(bad.any(), "cross entropy: labels in range"),
               "chunked_cross_entropy: a label is outside [0, ",
               weight.size(0),
               ") and is not the ignore index ",

@@ -1,0 +1,109 @@
+// The device values a training step reads on the host (Note [Host reads] in ops/host_read.h), by
+// site, per optimizer step that does not log: the difference between a 4-step and a 2-step run of
+// the same config (the setup's reads and the last step's logging are the same in both). Each read
+// is a stream synchronize on CUDA; issue 26 takes them out of the step one by one, and this test
+// says which remain (a new one fails it).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/config/run_config.h"
+#include "engine/io/remove_tree.h"
+#include "engine/train/trainer.h"
+#include "ops/host_read.h"
+#include "tests/reference.h"
+#include "tests/temp_dir.h"
+
+namespace qtrain::engine::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+using Reads = std::map<std::string, int64_t>;
+
+class HostReads : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = test::fresh_test_dir(/*create=*/true);
+    // Six pre-tokenized rows of 24 tokens within every fixture's vocabulary.
+    at::manual_seed(5);
+    std::ofstream data(dir_ / "data.jsonl");
+    for (int i = 0; i < 6; ++i) {
+      const auto ids = at::randint(0, 100, {24}, at::kLong);
+      const std::vector<int64_t> v(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + 24);
+      data << nlohmann::json{{"input_ids", v}, {"labels", v}}.dump() << "\n";
+    }
+  }
+  void TearDown() override { io::remove_tree(dir_); }
+
+  // The reads per non-logging step of the config `yaml` (base_model and the run's shape), by site.
+  Reads per_step(const std::string& yaml) const {
+    auto run = [&](int64_t steps) {
+      const auto file = dir_ / ("run" + std::to_string(steps) + ".yaml");
+      std::ofstream(file) << yaml << "datasets:\n  - path: data.jsonl\nsequence_len: 32\nlearning_rate: 0.001\n"
+                          << "device: cpu\nseed: 3\nlogging_steps: 1000\nmax_steps: " << steps << "\noutput_dir: out"
+                          << steps << "\n";
+      const auto before = ops::host_reads();
+      train(config::load_run_config(file, {}));
+      auto after = ops::host_reads();
+      for (const auto& [site, n] : before) after[site] -= n;
+      return after;
+    };
+    auto four = run(4);
+    for (const auto& [site, n] : run(2)) four[site] -= n;
+    Reads out;
+    for (const auto& [site, n] : four) {
+      EXPECT_EQ(n % 2, 0) << site;
+      if (n != 0) out[site] = n / 2;
+    }
+    return out;
+  }
+
+  fs::path dir_;
+};
+
+// A dense model, two micro-batches per step: per micro-batch the token ids' range (min and max),
+// the count of predicted tokens, the labels' range in the loss (one chunk), and the loss itself;
+// per step the gradient norm and the finiteness check.
+TEST_F(HostReads, ADenseStepReadsPerMicroBatchAndPerStep) {
+  const auto base = test::model_fixture("llama");
+  const auto reads = per_step("base_model: " + (base / "base").string() +
+                              "\nadapter: lora\nlora_r: 4\nlora_target_linear: true\n"
+                              "micro_batch_size: 3\ngradient_accumulation_steps: 2\n");
+  const Reads expected = {{"embed: token ids in range", 2 * 2},
+                          {"loss: predicted tokens", 2},
+                          {"cross entropy: labels in range", 2},
+                          {"step: loss", 2},
+                          {"clip: gradient norm", 1},
+                          {"step: gradients finite", 1}};
+  EXPECT_EQ(reads, expected);
+}
+
+// A MoE model (Mixtral's fixture: 3 sparse layers) with the load-balancing loss: beside the dense
+// reads, every sparse layer reads its rows per expert in the forward and again in the
+// checkpointed recompute, and each micro-batch reads its load-balancing loss.
+TEST_F(HostReads, AMoeStepAlsoReadsRowsPerExpertPerLayerPass) {
+  const auto base = test::moe_fixture("mixtral");
+  const auto reads = per_step("base_model: " + (base / "base").string() +
+                              "\nadapter: lora\nlora_r: 4\nlora_target_modules: [q_proj]\n"
+                              "lora_target_parameters: [mlp.experts.gate_up_proj]\n"
+                              "model_config: {output_router_logits: true}\n"
+                              "gradient_checkpointing: true\nmicro_batch_size: 3\ngradient_accumulation_steps: 2\n");
+  const Reads expected = {{"embed: token ids in range", 2 * 2},
+                          {"loss: predicted tokens", 2},
+                          {"cross entropy: labels in range", 2},
+                          {"step: loss", 2},
+                          {"step: load-balancing loss", 2},
+                          {"experts: rows per expert", 2 * 3 * 2},
+                          {"clip: gradient norm", 1},
+                          {"step: gradients finite", 1}};
+  EXPECT_EQ(reads, expected);
+}
+
+}  // namespace
+}  // namespace qtrain::engine::train
