@@ -395,12 +395,14 @@ at::Tensor CausalLM::embed(const at::Tensor& ids) const {
               ids.scalar_type(),
               " ",
               ids.sizes());
-  TORCH_CHECK(
-      ids.numel() == 0 || (ops::read_scalar<int64_t>(ids.min(), "embed: token ids in range") >= 0 &&
-                           ops::read_scalar<int64_t>(ids.max(), "embed: token ids in range") < config_.vocab_size),
-      "a token id is outside the model's vocabulary [0, ",
-      config_.vocab_size,
-      "): the data was tokenized for another model");
+  // Ids on the host are checked here; ids already on a device were checked where the data was read
+  // (pre-tokenized ids against the vocabulary; a tokenizer's ids are within it), since checking
+  // them here would make the host wait for the device (Note [Host reads] in ops/host_read.h).
+  TORCH_CHECK(!ids.is_cpu() || ids.numel() == 0 ||
+                  (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < config_.vocab_size),
+              "a token id is outside the model's vocabulary [0, ",
+              config_.vocab_size,
+              "): the data was tokenized for another model");
   auto h = at::embedding(embed_weight(), ids.to(device_));
   return embed_scale_.defined() ? h * embed_scale_ : h;
 }
