@@ -428,7 +428,15 @@ at::Tensor CausalLM::logits(const at::Tensor& h) const {
   return config_.final_logit_softcap ? ops::softcap_logits(logits, *config_.final_logit_softcap) : logits;
 }
 
-std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at::Tensor& labels) const {
+int64_t predicted_token_count(const at::Tensor& labels) {
+  TORCH_CHECK(labels.is_cpu() && labels.dim() == 2, "predicted_token_count: labels must be [B, T] on the host");
+  if (labels.size(1) < 2) return 0;
+  return (labels.narrow(1, 1, labels.size(1) - 1) != ops::kIgnoreIndex).sum().item<int64_t>();
+}
+
+std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h,
+                                                  const at::Tensor& labels,
+                                                  int64_t predicted_tokens) const {
   TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
               "labels ",
               labels.sizes(),
@@ -439,7 +447,10 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h, const at:
   auto shifted =
       at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
           .reshape({-1});
-  const int64_t count = ops::read_scalar<int64_t>((shifted != ops::kIgnoreIndex).sum(), "loss: predicted tokens");
+  const int64_t count = predicted_tokens >= 0 ? predicted_tokens
+                        : labels.is_cpu()
+                            ? predicted_token_count(labels)
+                            : ops::read_scalar<int64_t>((shifted != ops::kIgnoreIndex).sum(), "loss: predicted tokens");
   const auto chunk =
       ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   auto sum = ops::chunked_cross_entropy_sum(

@@ -43,6 +43,10 @@ struct LoadOptions {
   std::function<bool(int64_t)> reads_layer_weights;
 };
 
+// The tokens the loss predicts for host `labels` [B, T] (labels[:, 1:] != -100), counted without
+// the device: what loss_sum counts.
+int64_t predicted_token_count(const at::Tensor& labels);
+
 class CausalLM {
  public:
   static CausalLM load(const io::HfFolder& folder, const LoadOptions& options);
@@ -69,7 +73,11 @@ class CausalLM {
   at::Tensor logits(const at::Tensor& h) const;
   // Sum of the token losses and the number of predicted tokens. labels: int64 [B, T] in
   // transformers' convention (shifted inside: position t predicts label t+1; -100 ignored).
-  std::pair<at::Tensor, int64_t> loss_sum(const at::Tensor& h, const at::Tensor& labels) const;
+  // `predicted_tokens`: that count when the caller has it from host data; -1: counted here (from
+  // labels on the host, or a host read of labels on a device, Note [Host reads]).
+  std::pair<at::Tensor, int64_t> loss_sum(const at::Tensor& h,
+                                          const at::Tensor& labels,
+                                          int64_t predicted_tokens = -1) const;
 
   // Every LoRA tensor of the model, layer by layer, then the modules trained in full.
   std::vector<at::Tensor> trainable_parameters() const;

@@ -134,7 +134,7 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
             : at::ones({inputs.input_ids.numel()}, at::TensorOptions().dtype(at::kFloat).device(model_.device()));
   }
   auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_in);
-  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels);
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels, inputs.predicted_tokens);
   aux_loss_ = loads.empty() ? at::Tensor() : model::load_balancing_loss(loads, layer_in.router_token_weights);
   stats_.activation_bytes = heap_in_use(model_.device()) - before;
   return {sum, tokens};
@@ -144,7 +144,7 @@ LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const StepInputs
   TORCH_CHECK(!plan.training(), "eval_loss needs an eval plan; make it with prepare_eval()");
   at::NoGradGuard no_grad;
   auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_inputs(inputs));
-  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels);
+  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels, inputs.predicted_tokens);
   return {sum, tokens};
 }
 

@@ -33,6 +33,9 @@ struct StepInputs {
   // [B, T], 1 on a token and 0 on padding (transformers' attention_mask); undefined: no padding.
   // Only the load-balancing loss reads it (See Note [Load-balancing loss]).
   at::Tensor attention_mask;
+  // The predicted tokens (labels != -100 after the shift), counted where the labels were host
+  // data; -1: counted from `labels`, a host read when they are on a device (Note [Host reads]).
+  int64_t predicted_tokens = -1;
 };
 
 struct LossResult {

@@ -77,8 +77,9 @@ schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device,
   };
   // The padding mask only matters to the load-balancing loss, which leaves padding out.
   const auto mask = to(b.segment_ids >= 0);
-  if (!packed) return {to(b.input_ids), to(b.labels), {}, {}, mask};
-  return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids), mask};
+  const int64_t predicted = model::predicted_token_count(b.labels);  // on the host: Note [Host reads]
+  if (!packed) return {to(b.input_ids), to(b.labels), {}, {}, mask, predicted};
+  return {to(b.input_ids), to(b.labels), to(b.position_ids), to(b.segment_ids), mask, predicted};
 }
 
 // Note [Load-balancing loss in a step]
