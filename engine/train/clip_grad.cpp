@@ -40,14 +40,14 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   return result;
 }
 
-bool grads_finite(const std::vector<at::Tensor>& params) {
+at::Tensor grads_finite(const std::vector<at::Tensor>& params) {
   at::NoGradGuard no_grad;
   const auto grads = defined_grads(params);
-  if (grads.empty()) return true;
+  if (grads.empty()) return at::ones({}, at::kBool);
   std::vector<at::Tensor> finite;
   finite.reserve(grads.size());
   for (const auto& g : grads) finite.push_back(at::isfinite(g).all().to(grads.front().device()));
-  return ops::read_scalar<bool>(at::stack(finite).all(), "step: gradients finite");
+  return at::stack(finite).all();
 }
 
 }  // namespace qtrain::engine::train

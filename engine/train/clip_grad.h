@@ -19,7 +19,9 @@ namespace qtrain::engine::train {
 // with one device and dtype, as for LoRA weights, that is the order of `params`.
 double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
 
-// Whether every element of every defined grad is finite (undefined grads are skipped).
-bool grads_finite(const std::vector<at::Tensor>& params);
+// Whether every element of every defined grad is finite (undefined grads are skipped), as a bool
+// scalar on the grads' device (the CPU without grads), for the caller to read with the step's
+// other values in one host read (Note [Host reads] in ops/host_read.h).
+at::Tensor grads_finite(const std::vector<at::Tensor>& params);
 
 }  // namespace qtrain::engine::train

@@ -479,7 +479,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     // micro-batch's summed loss is divided by the step's predicted-token count. The
     // load-balancing loss is each micro-batch's own, added with its coefficient unscaled, as the
     // HF Trainer adds the model's (See Note [Load-balancing loss in a step]).
-    double step_loss = 0, step_aux = 0;
+    // The losses add up on the device, in float64 as the host added them before (Note [Host reads]).
+    const auto zero = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(options.device));
+    at::Tensor loss_acc = zero, aux_acc = zero;
     int64_t recomputed = 0;
     try {
       for (const auto& b : batches) {
@@ -487,11 +489,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
         auto objective = r.loss_sum / static_cast<double>(std::max<int64_t>(1, step_tokens));
         if (const auto& aux = scheduler.aux_loss(); aux.defined()) {
           objective = objective + aux_coef * aux;
-          step_aux += ops::read_scalar<double>(aux, "step: load-balancing loss");
+          aux_acc = aux_acc + aux.detach().to(at::kDouble);
         }
         objective.backward();
         recomputed += scheduler.stats().layers_recomputed;
-        step_loss += ops::read_scalar<double>(r.loss_sum, "step: loss");
+        loss_acc = loss_acc + r.loss_sum.detach().to(at::kDouble);
       }
     } catch (const c10::OutOfMemoryError& e) {
       TORCH_CHECK(false, out_of_memory_report(device_plan, c, state.global_step + 1, e.what_without_backtrace()));
@@ -500,13 +502,21 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     const double comm_before = comm.seconds();
     const std::string step_name = "step " + std::to_string(state.global_step + 1);
     sum_gradients(comm, params, "summing the gradients of " + step_name);
-    const auto sums = sum_over_ranks(
-        comm, {step_loss, interrupt.received() != 0 ? 1.0 : 0.0, step_aux}, "summing the loss of " + step_name);
+    // The step's one read before clipping: its loss, its load-balancing loss and whether every
+    // (summed) gradient is finite.
+    const auto read =
+        ops::read_to_host(at::stack({loss_acc, aux_acc, grads_finite(params).to(loss_acc.device(), at::kDouble)}),
+                          "step: loss and finite gradients");
+    double step_loss = read[0].item<double>();
+    const bool finite_grads = read[2].item<double>() != 0;
+    const auto sums = sum_over_ranks(comm,
+                                     {step_loss, interrupt.received() != 0 ? 1.0 : 0.0, read[1].item<double>()},
+                                     "summing the loss of " + step_name);
     step_loss = sums[0];
     const bool stop = sums[1] > 0;
     window_comm += comm.seconds() - comm_before;
     step_loss = step_loss / static_cast<double>(std::max<int64_t>(1, step_tokens)) + aux_coef * sums[2];
-    if (!std::isfinite(step_loss) || !grads_finite(params)) {
+    if (!std::isfinite(step_loss) || !finite_grads) {
       optimizer->zero_grad();
       ++state.skipped_steps;
       TORCH_CHECK(++consecutive_bad < kMaxConsecutiveNonFinite,

@@ -63,13 +63,13 @@ TEST(ClipGrad, SkipsUndefinedGrads) {
 TEST(ClipGrad, GradsFiniteFindsInfAndNan) {
   const auto finite = param_with_grad(at::randn({3, 3}));
   const auto no_grad = at::zeros({2}).requires_grad_(true);
-  EXPECT_TRUE(grads_finite({finite, no_grad}));
-  EXPECT_TRUE(grads_finite({no_grad}));
-  EXPECT_TRUE(grads_finite({}));
+  EXPECT_TRUE(grads_finite({finite, no_grad}).item<bool>());
+  EXPECT_TRUE(grads_finite({no_grad}).item<bool>());
+  EXPECT_TRUE(grads_finite({}).item<bool>());
   for (const float bad : {INFINITY, -INFINITY, NAN}) {
     auto grad = at::randn({10});
     grad[7] = bad;
-    EXPECT_FALSE(grads_finite({finite, param_with_grad(grad)})) << bad;
+    EXPECT_FALSE(grads_finite({finite, param_with_grad(grad)}).item<bool>()) << bad;
   }
   // A non-finite grad makes a non-finite norm: the trainer checks before it steps.
   auto grad = at::randn({10});
