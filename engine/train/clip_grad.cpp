@@ -28,7 +28,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   norms.reserve(grads.size());
   for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2).to(device));
   const auto total_norm = at::linalg_vector_norm(at::stack(norms), 2);
-  // The one device-to-host sync of the step; the caller logs the norm anyway.
+  // A host read of the step (Note [Host reads] in ops/host_read.h); the caller logs the norm.
   const double result = ops::read_scalar<double>(total_norm, "clip: gradient norm");
   if (max_norm > 0) {
     // Python's `max_norm / (total_norm + 1e-6)` is Tensor.__rtruediv__: reciprocal, then multiply.
