@@ -421,7 +421,9 @@ TEST_F(PeftAdapterTest, LoadRejectsBrokenAndUnsupportedAdapters) {
        "module 'model.layers.0.self_attn.q_proj' has no DoRA magnitude (lora_magnitude_vector) but ",
        weights_name},
       {"magnitude_without_use_dora",
-       [&](const fs::path& d) { rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}}); },
+       [&](const fs::path& d) {
+         rewrite_tensors(d, {}, {{q0 + ".lora_magnitude_vector", at::ones({64})}});
+       },
        "tensor '" + q0 + ".lora_magnitude_vector' is a DoRA magnitude, but ",
        weights_name},
       {"rank_pattern",
