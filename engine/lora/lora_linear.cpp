@@ -31,6 +31,13 @@ void check_adapter(const LoraAdapter& adapter) {
               " must be [out, r] with the same r");
 }
 
+// W + scaling * (B @ A) on W's device, the adapter detached (PEFT's get_delta_weight added to the
+// weight): what a merge writes, and what DoRA takes the row norms of.
+at::Tensor updated_weight(const at::Tensor& w, const LoraAdapter& adapter) {
+  const auto delta = at::matmul(adapter.b.detach().to(w.device()), adapter.a.detach().to(w.device())) * adapter.scaling;
+  return w + delta;
+}
+
 }  // namespace
 
 LoraAdapter lora_init(
@@ -87,9 +94,7 @@ at::Tensor lora_delta(const at::Tensor& x, const LoraAdapter& adapter, bool trai
 at::Tensor dora_magnitude(const at::Tensor& base_w, const LoraAdapter& adapter) {
   check_adapter(adapter);
   at::NoGradGuard no_grad;
-  const auto w = base_w.to(adapter.a.device());
-  const auto lora_weight = at::matmul(adapter.b, adapter.a);
-  const auto norm = at::linalg_vector_norm(w + lora_weight * adapter.scaling, 2, {1});
+  const auto norm = at::linalg_vector_norm(updated_weight(base_w.to(adapter.a.device()), adapter), 2, {1});
   return norm.to(at::kFloat).detach().set_requires_grad(true);
 }
 
@@ -110,8 +115,7 @@ at::Tensor dora_output(const at::Tensor& x,
   const bool dropped = training && adapter.dropout > 0;
   if (dropped) h = at::dropout(h, adapter.dropout, /*train=*/true);
   const auto w = base_w.to(fp32);
-  const auto lora_weight = at::matmul(adapter.b, adapter.a).detach();
-  const auto norm = at::linalg_vector_norm(w + lora_weight * adapter.scaling, 2, {1}).detach();
+  const auto norm = at::linalg_vector_norm(updated_weight(w, adapter), 2, {1}).detach();
   const auto scale = (adapter.magnitude / norm).view({1, -1});
   const auto lora_result = at::linear(at::linear(h, adapter.a), adapter.b);
   const auto base = dropped ? at::linear(h, w) : bias ? base_out - *bias : base_out;
@@ -136,12 +140,10 @@ at::Tensor lora_merged_weight(const at::Tensor& base_w, const LoraAdapter& adapt
   // PEFT's get_delta_weight ((B @ A) * scaling in the adapter's dtype), then `weight += delta`,
   // which adds in the promoted dtype and rounds once to the weight's dtype. (safe_merge=True
   // rounds the delta to the weight's dtype first.)
-  const at::Tensor delta =
-      at::matmul(adapter.b.detach().to(base_w.device()), adapter.a.detach().to(base_w.device())) * adapter.scaling;
-  if (!adapter.magnitude.defined()) return (base_w.detach() + delta).to(base_w.scalar_type());
+  const auto merged = updated_weight(base_w.detach(), adapter);
+  if (!adapter.magnitude.defined()) return merged.to(base_w.scalar_type());
   // DoRA (PEFT's DoraLinearVariant.merge_safe): the norm of W + delta per row, then each row of
   // W + delta scaled to the magnitude.
-  const auto merged = base_w.detach() + delta;
   const auto norm = at::linalg_vector_norm(merged, 2, {1});
   const auto factor = adapter.magnitude.detach().to(base_w.device()) / norm;
   return (factor.view({-1, 1}) * merged).to(base_w.scalar_type());
