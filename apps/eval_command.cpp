@@ -45,17 +45,14 @@ void run(const Options& o) {
   std::fprintf(stderr, "eval: loading %s on %s\n", c.base_model.c_str(), options.device.str().c_str());
   auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);
   // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
-  std::vector<data::NewToken> added;
-  const auto tokenizer = train::run_tokenizer(c, lm.config().vocab_size, &added);
-  if (const auto line = train::fit_embeddings(lm, c, tokenizer.get(), added); !line.empty()) {
-    std::fprintf(stderr, "eval: %s\n", line.c_str());
-  }
+  const auto vocabulary = train::fit_run_vocabulary(lm, c);
+  if (!vocabulary.log_line.empty()) std::fprintf(stderr, "eval: %s\n", vocabulary.log_line.c_str());
   const std::filesystem::path adapter = o.adapter.empty() ? c.lora_model_dir : std::filesystem::path(o.adapter);
   if (!adapter.empty()) {
     model::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
     std::fprintf(stderr, "eval: adapter %s\n", adapter.c_str());
   }
-  const auto samples = eval_samples(c, o.data, tokenizer.get(), lm.config().vocab_size);
+  const auto samples = eval_samples(c, o.data, vocabulary.tokenizer.get(), lm.config().vocab_size);
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_eval();
   double loss_sum = 0;

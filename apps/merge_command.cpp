@@ -13,7 +13,6 @@
 #include "engine/model/lora_attach.h"
 #include "engine/model/merged_weights.h"
 #include "engine/train/run_vocabulary.h"
-#include "engine/train/training_data.h"
 
 namespace qtrain::apps {
 namespace {
@@ -38,9 +37,7 @@ void run(const Options& o) {
   auto lm = model::CausalLM::load(folder, model::LoadOptions{});
   // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
   const int64_t base_rows = lm.config().vocab_size;
-  std::vector<data::NewToken> added;
-  const auto tokenizer = train::run_tokenizer(c, base_rows, &added);
-  if (const auto line = train::fit_embeddings(lm, c, tokenizer.get(), added); !line.empty()) {
+  if (const auto line = train::fit_run_vocabulary(lm, c).log_line; !line.empty()) {
     std::fprintf(stderr, "merge: %s\n", line.c_str());
   }
   model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);

@@ -6,6 +6,7 @@
 
 #include "engine/model/resize_embeddings.h"
 #include "engine/model/saved_modules.h"
+#include "engine/train/training_data.h"
 
 namespace qtrain::engine::train {
 
@@ -63,6 +64,13 @@ std::string fit_embeddings(model::CausalLM& lm,
                 " rows (its ids have gaps); remove the token");
   }
   return line;
+}
+
+RunVocabulary fit_run_vocabulary(model::CausalLM& lm, const config::RunConfig& c) {
+  RunVocabulary v;
+  v.tokenizer = run_tokenizer(c, lm.config().vocab_size, &v.added);
+  v.log_line = fit_embeddings(lm, c, v.tokenizer.get(), v.added);
+  return v;
 }
 
 void check_new_tokens_trained(const model::CausalLM& lm, const std::vector<data::NewToken>& added) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,16 @@ std::string fit_embeddings(model::CausalLM& lm,
                            const config::RunConfig& c,
                            const data::TextTokenizer* tokenizer,
                            const std::vector<data::NewToken>& added);
+
+// The run's tokenizer (run_tokenizer: base_model's with the config's special_tokens and tokens;
+// null when the data needs none), the tokens it added, and `lm` fitted to it by fit_embeddings:
+// what train, eval and merge all do before they attach an adapter. `log_line` is fit_embeddings'.
+struct RunVocabulary {
+  std::unique_ptr<data::TextTokenizer> tokenizer;
+  std::vector<data::NewToken> added;
+  std::string log_line;
+};
+RunVocabulary fit_run_vocabulary(model::CausalLM& lm, const config::RunConfig& c);
 
 // Refuses a training run that adds a token (a new pad_token aside) without training the
 // embeddings and the head in full (lora_modules_to_save or unfrozen_parameters): its rows would

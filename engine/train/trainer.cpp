@@ -183,11 +183,9 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   }
   // The tokenizer, with the tokens the run adds, sizes the embeddings before any adapter is
   // attached (See run_vocabulary.h).
-  std::vector<data::NewToken> new_tokens;
-  const auto tokenizer = run_tokenizer(c, lm.config().vocab_size, &new_tokens);
-  if (const auto line = fit_embeddings(lm, c, tokenizer.get(), new_tokens); !line.empty()) {
-    std::fprintf(out, "%s\n", line.c_str());
-  }
+  const auto vocabulary = fit_run_vocabulary(lm, c);
+  if (!vocabulary.log_line.empty()) std::fprintf(out, "%s\n", vocabulary.log_line.c_str());
+  const auto& tokenizer = vocabulary.tokenizer;
   auto lora = lora_config(c, lm.config());
   if (!c.lora_model_dir.empty()) {
     auto loaded = io::load_peft_adapter(c.lora_model_dir);
@@ -239,7 +237,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   model::attach_new_saved_modules(lm, lora);  // those not attached yet
   if (!unfrozen.embed_rows.empty()) model::train_rows_only(lm.trained_embed_tokens(), unfrozen.embed_rows);
   if (!unfrozen.head_rows.empty()) model::train_rows_only(lm.trained_lm_head(), unfrozen.head_rows);
-  check_new_tokens_trained(lm, new_tokens);
+  check_new_tokens_trained(lm, vocabulary.added);
   const auto params = lm.trainable_parameters();
   int64_t trainable = 0;
   for (const auto& p : params) trainable += p.numel();
