@@ -8,6 +8,8 @@
 #include "apps/command_config.h"
 #include "apps/output_folder.h"
 #include "engine/config/run_config.h"
+#include "engine/data/run_tokenizer_files.h"
+#include "engine/io/companion_files.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
@@ -37,9 +39,8 @@ void run(const Options& o) {
   auto lm = model::CausalLM::load(folder, model::LoadOptions{});
   // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
   const int64_t base_rows = lm.config().vocab_size;
-  if (const auto line = train::fit_run_vocabulary(lm, c).log_line; !line.empty()) {
-    std::fprintf(stderr, "merge: %s\n", line.c_str());
-  }
+  const auto vocabulary = train::fit_run_vocabulary(lm, c);
+  if (!vocabulary.log_line.empty()) std::fprintf(stderr, "merge: %s\n", vocabulary.log_line.c_str());
   model::attach_lora(lm, io::load_peft_adapter(o.adapter), o.adapter);
   const auto tensors = model::merged_tensors(lm, folder, out_dtype);
   auto json = folder.config();
@@ -59,6 +60,18 @@ void run(const Options& o) {
   }
   json["dtype"] = o.dtype == "fp32" ? "float32" : "bfloat16";
   io::save_hf_folder(o.out, json, tensors);
+  // The tokenizer, chat template and generation config travel with the weights, the tokenizer
+  // with the tokens the run added (the ids the grown embeddings were trained with).
+  const auto companions = io::copy_companion_files(c.base_model, o.out);
+  const bool tokens_written = vocabulary.tokenizer && data::write_run_tokens(o.out, c, *vocabulary.tokenizer);
+  if (!companions.empty()) {
+    std::string names;
+    for (const auto& n : companions) names += (names.empty() ? "" : ", ") + n;
+    std::fprintf(stderr,
+                 "merge: copied %s from the base%s\n",
+                 names.c_str(),
+                 tokens_written ? ", the tokenizer with the run's special_tokens and tokens" : "");
+  }
   std::fprintf(stderr,
                "merge: %zu adapted layers folded into %s (%s)\n",
                model::lora_adapters(lm).size(),

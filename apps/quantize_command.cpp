@@ -9,6 +9,7 @@
 #include "apps/command_config.h"
 #include "apps/output_folder.h"
 #include "engine/io/bnb_checkpoint.h"
+#include "engine/io/companion_files.h"
 #include "engine/io/hf_folder.h"
 #include "engine/train/model_setup.h"
 
@@ -64,15 +65,7 @@ void run(const Options& o) {
   json["quantization_config"] = io::bnb_quantization_config(q);
   io::save_hf_folder(o.out, json, tensors);
   // Tokenizer and generation files travel with the weights.
-  for (const auto& entry : std::filesystem::directory_iterator(c.base_model)) {
-    const auto name = entry.path().filename().string();
-    const bool weights =
-        name.ends_with(".safetensors") || name == "model.safetensors.index.json" || name == "config.json";
-    if (entry.is_regular_file() && !weights) {
-      std::filesystem::copy_file(
-          entry.path(), std::filesystem::path(o.out) / name, std::filesystem::copy_options::overwrite_existing);
-    }
-  }
+  io::copy_companion_files(c.base_model, o.out);
   std::printf("%s\n", o.out.c_str());
 }
 

@@ -16,9 +16,11 @@
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
+#include "engine/data/run_tokenizer_files.h"
 #include "engine/dist/comm.h"
 #include "engine/dist/dist_env.h"
 #include "engine/dist/sharded_base.h"
+#include "engine/io/companion_files.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/saved_modules.h"
@@ -650,6 +652,13 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                             io::AdapterFolder::shared,
                             model::saved_modules(lm));
       std::fprintf(out, "adapter: %s (PEFT: adapter_config.json, adapter_model.safetensors)\n", c.output_dir.c_str());
+      // With new tokens the adapter means nothing without the tokenizer that made their ids: it
+      // goes beside the adapter, as axolotl saves it.
+      if (!vocabulary.added.empty()) {
+        io::copy_companion_files(c.base_model, c.output_dir, io::Companions::tokenizer);
+        data::write_run_tokens(c.output_dir, c, *vocabulary.tokenizer);
+        std::fprintf(out, "tokenizer: %s, with the run's special_tokens and tokens\n", c.output_dir.c_str());
+      }
     }
     comm.barrier("waiting for rank 0 to write the adapter");
   }

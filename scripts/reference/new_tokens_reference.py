@@ -6,13 +6,17 @@ and then `tokens` (add_tokens), each as AddedToken(token, rstrip=False, lstrip=F
 normalized=False); the model's embeddings grow to len(tokenizer) (rounded up to 32 with to_32x)
 where they have fewer rows, by resize_token_embeddings(rows, mean_resizing=...) right after
 torch.manual_seed(seed). With "adapter", that PEFT adapter is loaded on the resized model and
-the loss on "inputs" (a safetensors file of "ids" and "labels") is computed.
+the loss on "inputs" (a safetensors file of "ids" and "labels") is computed. With
+"saved_tokenizer", the tokenizer that folder holds (one qtrain wrote with the run's tokens) is
+loaded as it is, adding nothing, and its size, ids and roles are reported too.
 
     python scripts/reference/new_tokens_reference.py MODEL_DIR SETTINGS.json OUT_DIR
 
 SETTINGS.json: {"tokens": [...], "special_tokens": {...}, "seed": 3, "mean_resizing": false,
-"to_32x": false, "texts": [...], "adapter": DIR (optional), "inputs": FILE (optional)}.
-Writes OUT_DIR/result.json ({"len", "rows", "ids": [per text], "loss"}) and
+"to_32x": false, "texts": [...], "adapter": DIR (optional), "inputs": FILE (optional),
+"saved_tokenizer": DIR (optional)}.
+Writes OUT_DIR/result.json ({"len", "rows", "ids": [per text], "loss", "saved": {"len", "ids",
+"eos_token", "pad_token"}}) and
 OUT_DIR/embeddings.safetensors ("embed", "head").
 """
 
@@ -49,6 +53,14 @@ def main():
         "rows": model.get_input_embeddings().num_embeddings,
         "ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in s.get("texts", [])],
     }
+    if s.get("saved_tokenizer"):
+        saved = AutoTokenizer.from_pretrained(s["saved_tokenizer"])
+        result["saved"] = {
+            "len": len(saved),
+            "ids": [saved(t, add_special_tokens=False)["input_ids"] for t in s.get("texts", [])],
+            "eos_token": saved.eos_token,
+            "pad_token": saved.pad_token,
+        }
     os.makedirs(out_dir, exist_ok=True)
     save_file({"embed": model.get_input_embeddings().weight.detach().contiguous(),
                "head": model.get_output_embeddings().weight.detach().clone()},

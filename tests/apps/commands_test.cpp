@@ -202,6 +202,9 @@ TEST_F(Commands, MergeWritesAPlainFolderTransformersLoadsWithTheAdaptersLoss) {
   const auto merged = engine::io::HfFolder::open(out);
   EXPECT_FALSE(merged.config().contains("quantization_config"));
   EXPECT_EQ(merged.dtype("model.layers.0.self_attn.q_proj.weight"), at::kFloat);
+  // The base's other files come along (here its generation_config.json; the tokenizer's files
+  // too, RunVocabulary.NewTokensAndTheirRowsMatchTransformers).
+  EXPECT_TRUE(fs::exists(out / "generation_config.json"));
   if (python().empty()) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto ref = engine::io::SafetensorsFile::open(test::model_fixture("llama") / "reference.safetensors");
   const auto hf = run(python() + " " + (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/hf_loss.py").string() + " " +

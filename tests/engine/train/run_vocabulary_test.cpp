@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config/run_config.h"
+#include "engine/data/model_tokenizer.h"
+#include "engine/data/run_tokenizer_files.h"
+#include "engine/io/companion_files.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/io/remove_tree.h"
@@ -135,7 +138,13 @@ TEST_F(RunVocabulary, NewTokensAndTheirRowsMatchTransformers) {
     auto lm = model::CausalLM::load(io::HfFolder::open(base), model::LoadOptions{});
     const int64_t before = lm.config().vocab_size;
     const auto line = fit_embeddings(lm, c, tokenizer.get(), added);
-    const auto theirs = python(base, c);
+    // The run's tokenizer as merge writes it into its folder, loaded by transformers as it is.
+    const auto saved = dir_ / ("saved-" + base.filename().string());
+    io::remove_tree(saved);
+    fs::create_directories(saved);
+    EXPECT_EQ(io::copy_companion_files(base, saved), (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+    EXPECT_TRUE(data::write_run_tokens(saved, c, *tokenizer));
+    const auto theirs = python(base, c, {{"saved_tokenizer", saved.string()}});
 
     // The tokenizer: the same size and ids; "<|pad|>" and "<|new_eos|>" are special, the
     // listed tokens are not, and all are cut out of the text.
@@ -144,6 +153,20 @@ TEST_F(RunVocabulary, NewTokensAndTheirRowsMatchTransformers) {
       EXPECT_EQ(tokenizer->tokenize(kTexts[i], false).ids, theirs.result.at("ids")[i].get<std::vector<int64_t>>())
           << what << ": " << kTexts[i];
     }
+    // The written tokenizer: transformers and qtrain read the run's tokens and roles back from it.
+    const auto& back = theirs.result.at("saved");
+    const auto reread = data::model_tokenizer(saved, lm.config().vocab_size);
+    EXPECT_EQ(back.at("len").get<int64_t>(), tokenizer->vocab_size()) << what;
+    EXPECT_EQ(reread->vocab_size(), tokenizer->vocab_size()) << what;
+    for (size_t i = 0; i < kTexts.size(); ++i) {
+      const auto ids = tokenizer->tokenize(kTexts[i], false).ids;
+      EXPECT_EQ(back.at("ids")[i].get<std::vector<int64_t>>(), ids) << what << ": " << kTexts[i];
+      EXPECT_EQ(reread->tokenize(kTexts[i], false).ids, ids) << what << ": " << kTexts[i];
+    }
+    EXPECT_EQ(back.at("eos_token"), "<|new_eos|>") << what;
+    EXPECT_EQ(back.at("pad_token"), "<|pad|>") << what;
+    EXPECT_EQ(reread->eos_token(), "<|new_eos|>") << what;
+    EXPECT_EQ(reread->pad_id(), tokenizer->pad_id()) << what;
     ASSERT_EQ(added.size(), 6u) << what << ": " << line;
     EXPECT_EQ(added[0].key, "special_tokens.eos_token");
     EXPECT_EQ(added[1].key, "special_tokens.pad_token");
@@ -234,10 +257,20 @@ TEST_F(RunVocabulary, AnAdapterTrainedWithNewTokensGivesPeftsLoss) {
   const auto plan = scheduler.prepare_eval();
   const auto r = scheduler.eval_loss(plan, ids_t, ids_t);
   const double ours = r.loss_sum.item<double>() / static_cast<double>(r.tokens);
-  const auto theirs =
-      python(base, c, {{"adapter", c.output_dir.string()}, {"inputs", (dir_ / "inputs.safetensors").string()}});
+  // The tokenizer that made the new ids lies beside the adapter, as axolotl saves it, and
+  // transformers reads them from it.
+  const auto theirs = python(base,
+                             c,
+                             {{"adapter", c.output_dir.string()},
+                              {"inputs", (dir_ / "inputs.safetensors").string()},
+                              {"saved_tokenizer", c.output_dir.string()}});
   // float32 on both sides, the same weights: summation order only.
   EXPECT_NEAR(ours, theirs.result.at("loss").get<double>(), 1e-5 * ours);
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    EXPECT_EQ(theirs.result.at("saved").at("ids")[i].get<std::vector<int64_t>>(),
+              tokenizer->tokenize(kTexts[i], false).ids)
+        << kTexts[i];
+  }
 }
 
 }  // namespace
