@@ -142,7 +142,8 @@ TEST_F(RunVocabulary, NewTokensAndTheirRowsMatchTransformers) {
     const auto saved = dir_ / ("saved-" + base.filename().string());
     io::remove_tree(saved);
     fs::create_directories(saved);
-    EXPECT_EQ(io::copy_companion_files(base, saved), (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
+    EXPECT_EQ(io::copy_companion_files(base, saved),
+              (std::vector<std::string>{"tokenizer.json", "tokenizer_config.json"}));
     EXPECT_TRUE(data::write_run_tokens(saved, c, *tokenizer));
     const auto theirs = python(base, c, {{"saved_tokenizer", saved.string()}});
 
