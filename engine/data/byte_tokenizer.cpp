@@ -33,13 +33,15 @@ std::optional<int64_t> ByteTokenizer::id_of(std::string_view token) const {
   return std::nullopt;
 }
 
-std::string ByteTokenizer::decode(const std::vector<int64_t>& ids) const {
+std::string ByteTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
   std::string text;
   text.reserve(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     if (id >= 0 && id < 256) {
       text.push_back(static_cast<char>(static_cast<unsigned char>(id)));
+    } else if (skip_special_tokens && id < vocab_size()) {
+      continue;
     } else if (id == bos()) {
       text += "<s>";
     } else if (id == eos()) {

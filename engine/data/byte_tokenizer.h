@@ -20,9 +20,9 @@ class ByteTokenizer : public TextTokenizer {
   // The bytes of `text`, no special tokens (callers add BOS/EOS where the format wants them).
   // Any byte string is accepted: invalid UTF-8 round-trips unchanged.
   std::vector<int64_t> encode(std::string_view text) const;
-  // Bytes back to text; BOS/EOS/PAD are written as "<s>", "</s>", "<pad>". An id outside the
-  // vocabulary is an error.
-  std::string decode(const std::vector<int64_t>& ids) const;
+  // Bytes back to text; BOS/EOS/PAD are written as "<s>", "</s>", "<pad>", or left out with
+  // `skip_special_tokens`. An id outside the vocabulary is an error.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const override;
 
   int64_t bos() const { return 256; }
   int64_t eos() const { return 257; }

@@ -33,6 +33,10 @@ TokenizedText HfTokenizer::tokenize(std::string_view text, bool add_special_toke
   return out;
 }
 
+std::string HfTokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
+  return tokenizer_.decode(std::vector<int32_t>(ids.begin(), ids.end()), skip_special_tokens);
+}
+
 std::optional<int64_t> HfTokenizer::id_of(std::string_view token) const {
   const auto id = tokenizer_.token_to_id(token);
   return id ? std::optional<int64_t>(*id) : std::nullopt;

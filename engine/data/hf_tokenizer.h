@@ -16,6 +16,7 @@ class HfTokenizer : public TextTokenizer {
   static HfTokenizer load(const std::filesystem::path& dir);
 
   TokenizedText tokenize(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
   int64_t eos_id() const override { return eos_id_; }
   int64_t pad_id() const override { return pad_id_; }
   std::optional<int64_t> id_of(std::string_view token) const override;

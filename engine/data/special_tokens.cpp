@@ -23,6 +23,9 @@ class SpecialTokensTokenizer : public TextTokenizer {
   TokenizedText tokenize(std::string_view text, bool add_special_tokens) const override {
     return base_->tokenize(text, add_special_tokens);
   }
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+    return base_->decode(ids, skip_special_tokens);
+  }
   int64_t eos_id() const override { return eos_id_.value_or(base_->eos_id()); }
   int64_t pad_id() const override { return pad_id_.value_or(base_->pad_id()); }
   std::optional<int64_t> id_of(std::string_view token) const override { return base_->id_of(token); }

@@ -32,6 +32,8 @@ class TextTokenizer {
   // HF `tokenizer(text, add_special_tokens=...)`: with true, what the family's post-processor
   // adds (a BOS for Llama, nothing for Qwen); no family appends EOS.
   virtual TokenizedText tokenize(std::string_view text, bool add_special_tokens) const = 0;
+  // HF `tokenizer.decode(ids, skip_special_tokens=...)`: ids back to text.
+  virtual std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const = 0;
   virtual int64_t eos_id() const = 0;
   // The id padding uses (labels there are -100, so only its range matters).
   virtual int64_t pad_id() const = 0;

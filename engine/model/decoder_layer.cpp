@@ -40,7 +40,13 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
   ops::AttentionOptions options{sliding_window, std::nullopt, c.attn_logit_softcap};
   if (c.query_pre_attn_scalar) options.scale = 1.0 / std::sqrt(*c.query_pre_attn_scalar);
   if (gemma4) options.scale = 1.0;
-  auto attn = ops::causal_attention(qh, kh, vh.transpose(1, 2), options, inputs.segments);
+  at::Tensor attn;
+  if (inputs.kv_cache != nullptr) {
+    const auto [keys, values] = inputs.kv_cache->append(index, kh, vh.transpose(1, 2));
+    attn = ops::masked_attention(qh, keys, values, inputs.kv_cache->visible(sliding_window), options);
+  } else {
+    attn = ops::causal_attention(qh, kh, vh.transpose(1, 2), options, inputs.segments);
+  }
   auto a = o.forward(attn.transpose(1, 2).reshape({b, t, c.num_heads * hd}), training);
   // Gated MLP: SwiGLU, or Gemma's GeGLU with its norms around it (See Note [Gemma decoder]). It
   // holds the layer and the config, not this call's locals: a runner may call it in backward.

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "engine/model/kv_cache.h"
 #include "engine/model/linear_layer.h"
 #include "engine/model/load_balancing.h"
 #include "engine/model/model_config.h"
@@ -88,6 +89,9 @@ struct LayerInputs {
   at::Tensor router_token_weights;
   // Runs each layer's dense MLP; unset: called directly.
   MlpRunner mlp_runner;
+  // When set, the tokens continue what the cache holds: each layer appends its keys and values
+  // there and attends over all of them (Note [KV cache]); rope comes from per-token positions.
+  KvCache* kv_cache = nullptr;
 
   // The tables a layer uses: its own for a sliding layer where there are any.
   const ops::RopeTables& rope_for(bool sliding) const {

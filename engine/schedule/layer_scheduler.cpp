@@ -154,6 +154,17 @@ at::Tensor LayerScheduler::eval_hidden(const ExecutionPlan& plan, const at::Tens
   return model_.final_norm(run_layers(plan, model_.embed(ids), layer_inputs(StepInputs{ids, {}, {}, {}, {}})));
 }
 
+at::Tensor LayerScheduler::decode_hidden(const ExecutionPlan& plan,
+                                         const at::Tensor& ids,
+                                         const at::Tensor& valid,
+                                         model::KvCache& cache) {
+  TORCH_CHECK(!plan.training(), "decode_hidden needs an eval plan; make it with prepare_eval()");
+  at::NoGradGuard no_grad;
+  auto inputs = model_.layer_inputs(cache.begin(valid.to(model_.device())));
+  inputs.kv_cache = &cache;
+  return model_.final_norm(run_layers(plan, model_.embed(ids), inputs));
+}
+
 const StepStats& LayerScheduler::stats() const {
   stats_.layers_recomputed = recomputed_.load();
   return stats_;

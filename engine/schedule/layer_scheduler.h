@@ -70,6 +70,12 @@ class LayerScheduler {
   void skip_eval(const ExecutionPlan& plan);
   // Final-norm hidden states [B, T, H] (for logits), under an eval plan.
   at::Tensor eval_hidden(const ExecutionPlan& plan, const at::Tensor& ids);
+  // The same for `ids` (int64 [B, T]) continuing what `cache` holds, which gets their keys and
+  // values; `valid` (bool [B, T]) is false on left padding (Note [KV cache]). Under an eval plan.
+  at::Tensor decode_hidden(const ExecutionPlan& plan,
+                           const at::Tensor& ids,
+                           const at::Tensor& valid,
+                           model::KvCache& cache);
 
   const StepStats& stats() const;
   // The load-balancing loss of the last train_forward (See Note [Load-balancing loss]): float32

@@ -67,19 +67,18 @@ at::Tensor causal_attention(const at::Tensor& q,
   const bool masked = windowed || segments.defined();
   // See Note [Which CUDA attention kernel].
   const bool expand = attention_expands_kv(q.is_cuda(), q.scalar_type(), q.size(1), k.size(1), q.size(-1), masked);
-  // The fused kernels: causal without a mask, or with `mask` ([T, T] or [B, 1, T, T], true = attend).
-  const auto fused = [&](const std::optional<at::Tensor>& mask) {
+  if (!masked && !options.softcap) {
+    // The fused kernels, causal without a mask; else masked_attention with the mask built here.
     const int64_t group = q.size(1) / k.size(1);
     return at::scaled_dot_product_attention(q,
                                             expand ? k.repeat_interleave(group, 1) : k,
                                             expand ? v.repeat_interleave(group, 1) : v,
-                                            mask,
+                                            std::nullopt,
                                             /*dropout_p=*/0.0,
-                                            /*is_causal=*/!mask.has_value(),
+                                            /*is_causal=*/true,
                                             scale,
                                             /*enable_gqa=*/gqa && !expand);
-  };
-  if (!masked && !options.softcap) return fused(std::nullopt);
+  }
   auto i = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(1);
   auto j = at::arange(t, q.options().dtype(at::kLong)).unsqueeze(0);
   auto visible = j <= i;  // [T, T], true = attend
@@ -96,8 +95,35 @@ at::Tensor causal_attention(const at::Tensor& q,
     auto pad_self = (segments < 0).unsqueeze(2).logical_and(i == j);
     visible = visible.logical_and(same).logical_and((segments >= 0).unsqueeze(2)).logical_or(pad_self).unsqueeze(1);
   }
+  return masked_attention(q, k, v, visible, options);
+}
+
+at::Tensor masked_attention(const at::Tensor& q,
+                            const at::Tensor& k,
+                            const at::Tensor& v,
+                            const at::Tensor& visible,
+                            const AttentionOptions& options) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "masked_attention: q, k, v must be [B, heads, T, d]");
+  TORCH_CHECK(q.size(1) % k.size(1) == 0,
+              "masked_attention: ",
+              q.size(1),
+              " query heads are not a multiple of ",
+              k.size(1),
+              " key/value heads");
+  const double scale = options.scale.value_or(1.0 / std::sqrt(static_cast<double>(q.size(-1))));
   if (options.softcap) return softcapped_attention(q, k, v, visible, scale, *options.softcap);
-  return fused(visible);
+  // See Note [Which CUDA attention kernel].
+  const bool gqa = q.size(1) != k.size(1);
+  const bool expand = attention_expands_kv(q.is_cuda(), q.scalar_type(), q.size(1), k.size(1), q.size(-1), true);
+  const int64_t group = q.size(1) / k.size(1);
+  return at::scaled_dot_product_attention(q,
+                                          expand ? k.repeat_interleave(group, 1) : k,
+                                          expand ? v.repeat_interleave(group, 1) : v,
+                                          visible,
+                                          /*dropout_p=*/0.0,
+                                          /*is_causal=*/false,
+                                          scale,
+                                          /*enable_gqa=*/gqa && !expand);
 }
 
 }  // namespace qtrain::ops

@@ -34,4 +34,14 @@ at::Tensor causal_attention(const at::Tensor& q,
                             const AttentionOptions& options = {},
                             const at::Tensor& segments = {});
 
+// Attention with the visibility given: q [B, heads, Tq, d]; k, v [B, kv_heads, Tk, d]; `visible`
+// bool [B or 1, 1, Tq, Tk], true where query i sees key j (every query must see a key). The
+// window of `options` is not applied: it is the caller's mask. What decoding with a KV cache runs
+// (engine/model/kv_cache.h), through the same kernels as causal_attention.
+at::Tensor masked_attention(const at::Tensor& q,
+                            const at::Tensor& k,
+                            const at::Tensor& v,
+                            const at::Tensor& visible,
+                            const AttentionOptions& options = {});
+
 }  // namespace qtrain::ops

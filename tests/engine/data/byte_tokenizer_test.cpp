@@ -43,6 +43,7 @@ TEST(ByteTokenizerTest, MultibyteUtf8RoundTrips) {
 TEST(ByteTokenizerTest, DecodeWritesSpecialsAndRejectsUnknownIds) {
   const ByteTokenizer tok;
   EXPECT_EQ(tok.decode({256, 104, 105, 257, 258}), "<s>hi</s><pad>");
+  EXPECT_EQ(tok.decode({256, 104, 105, 257, 258}, /*skip_special_tokens=*/true), "hi");
   test::expect_error([&] { tok.decode({104, 259}); }, "id 259 at position 1 is outside the vocabulary [0, 259)");
   test::expect_error([&] { tok.decode({-1}); }, "id -1 at position 0");
 }

@@ -37,6 +37,9 @@ class CountingTokenizer : public TextTokenizer {
     bytes += text.size();
     return inner_.tokenize(text, add_special_tokens);
   }
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const override {
+    return inner_.decode(ids, skip_special_tokens);
+  }
   int64_t eos_id() const override { return inner_.eos_id(); }
   int64_t pad_id() const override { return inner_.pad_id(); }
   std::optional<int64_t> id_of(std::string_view token) const override { return inner_.id_of(token); }
