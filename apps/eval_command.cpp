@@ -9,11 +9,8 @@
 
 #include "apps/command_config.h"
 #include "engine/data/pretokenized.h"
-#include "engine/io/peft_adapter.h"
-#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
-#include "engine/train/model_setup.h"
-#include "engine/train/run_vocabulary.h"
+#include "engine/train/run_model.h"
 #include "engine/train/training_data.h"
 
 namespace qtrain::apps {
@@ -41,19 +38,9 @@ std::vector<engine::data::Sample> eval_samples(const engine::config::RunConfig& 
 void run(const Options& o) {
   using namespace engine;
   const auto c = load_command_config(o.config, o.sets);
-  const auto options = train::load_options(c);
-  std::fprintf(stderr, "eval: loading %s on %s\n", c.base_model.c_str(), options.device.str().c_str());
-  auto lm = model::CausalLM::load(io::HfFolder::open(c.base_model), options);
-  // The config's new tokens size the model as training did (engine/train/run_vocabulary.h).
-  const auto vocabulary = train::fit_run_vocabulary(lm, c);
-  if (!vocabulary.log_line.empty()) std::fprintf(stderr, "eval: %s\n", vocabulary.log_line.c_str());
-  const std::filesystem::path adapter = o.adapter.empty() ? c.lora_model_dir : std::filesystem::path(o.adapter);
-  if (!adapter.empty()) {
-    model::attach_lora(lm, io::load_peft_adapter(adapter), adapter.string());
-    std::fprintf(stderr, "eval: adapter %s\n", adapter.c_str());
-  }
-  const auto samples = eval_samples(c, o.data, vocabulary.tokenizer.get(), lm.config().vocab_size);
-  schedule::LayerScheduler scheduler(lm);
+  auto loaded = train::load_run_model(c, o.adapter, "eval", stderr);
+  const auto samples = eval_samples(c, o.data, loaded.tokenizer.get(), loaded.lm.config().vocab_size);
+  schedule::LayerScheduler scheduler(loaded.lm);
   const auto plan = scheduler.prepare_eval();
   double loss_sum = 0;
   int64_t tokens = 0;

@@ -3,7 +3,9 @@
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 
+#include "apps/chat_command.h"
 #include "apps/eval_command.h"
+#include "apps/generate_command.h"
 #include "apps/init_model_command.h"
 #include "apps/keys_command.h"
 #include "apps/launch_command.h"
@@ -35,7 +37,9 @@ int main(int argc, char** argv) {
   qtrain::engine::dist::send_torch_warnings_to_log();
   CLI::App app{"qtrain: LoRA fine-tuning on a frozen quantized base (NF4/FP4/INT8), on libtorch"};
   app.require_subcommand(1);
+  qtrain::apps::add_chat_command(app);
   qtrain::apps::add_eval_command(app);
+  qtrain::apps::add_generate_command(app);
   qtrain::apps::add_init_model_command(app);
   qtrain::apps::add_keys_command(app);
   qtrain::apps::add_merge_command(app);

@@ -9,6 +9,7 @@
 #include "apps/command_config.h"
 #include "engine/config/byte_size.h"
 #include "engine/dist/dist_env.h"
+#include "engine/model/kv_cache.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_plan.h"
@@ -21,6 +22,8 @@ struct Options {
   std::string gpu_memory;
   std::string h2d_bandwidth;
   int64_t world_size = 0;  // 0: WORLD_SIZE from the environment, else 1
+  int64_t generate_batch = 0;
+  int64_t generate_tokens = 0;
   std::vector<std::string> sets;
 };
 
@@ -124,6 +127,19 @@ void run(const Options& o, int& exit_code) {
   const auto plan = train::plan_run(c, model, budget.bytes, h2d, world);
   std::printf("%s", offload::format_plan(plan).c_str());
   print_longest_sequences(c, model, budget.bytes, h2d, world);
+  if (o.generate_batch > 0) {
+    // qtrain generate / chat: the training plan's weights, and the KV cache instead of
+    // activations (engine/model/kv_cache.h); its logits are one row per prompt.
+    const int64_t tokens = o.generate_tokens > 0 ? o.generate_tokens : c.sequence_len;
+    const auto cache = model::kv_cache_bytes(model, o.generate_batch, tokens, shape.dtype);
+    std::printf(
+        "\ngeneration, %lld prompts x %lld tokens (prompt and completion): KV cache %s (%s, every layer "
+        "resident: weights are not streamed while generating)\n",
+        static_cast<long long>(o.generate_batch),
+        static_cast<long long>(tokens),
+        offload::format_bytes(cache).c_str(),
+        c10::toString(shape.dtype));
+  }
   if (!plan.fits) exit_code = 1;
 }
 
@@ -144,6 +160,12 @@ void add_plan_command(CLI::App& app, int& exit_code) {
                   o->world_size,
                   "ranks of the run: the plan is per rank (default: WORLD_SIZE from the environment, else 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--generate-batch", o->generate_batch, "also size qtrain generate's KV cache for this many prompts")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--generate-tokens",
+                  o->generate_tokens,
+                  "the longest prompt plus --max-new-tokens, for --generate-batch (default: sequence_len)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o, &exit_code] { run(*o, exit_code); });
 }

@@ -8,6 +8,7 @@
 
 #include "engine/io/bnb_checkpoint.h"
 #include "ops/host_read.h"
+#include "ops/linear_dense.h"
 #include "ops/nn/cross_entropy.h"
 
 namespace qtrain::engine::model {
@@ -424,7 +425,7 @@ at::Tensor CausalLM::final_norm(const at::Tensor& h) const {
 }
 
 at::Tensor CausalLM::logits(const at::Tensor& h) const {
-  auto logits = at::matmul(h, head_weight().t());
+  auto logits = ops::linear_dense(h, head_weight(), std::nullopt);
   return config_.final_logit_softcap ? ops::softcap_logits(logits, *config_.final_logit_softcap) : logits;
 }
 

@@ -52,6 +52,15 @@ const at::Tensor& KvCache::visible(std::optional<int64_t> window) {
   return visible_[key] = mask.unsqueeze(1);
 }
 
+int64_t kv_cache_bytes(const ModelConfig& config, int64_t rows, int64_t tokens, at::ScalarType dtype) {
+  int64_t per_token = 0;
+  for (int64_t layer = 0; layer < config.num_layers; ++layer) {
+    const auto a = config.attention(layer);
+    per_token += 2 * a.num_kv_heads * a.head_dim;
+  }
+  return per_token * rows * tokens * static_cast<int64_t>(c10::elementSize(dtype));
+}
+
 int64_t KvCache::bytes() const {
   int64_t total = 0;
   for (const auto* held : {&keys_, &values_}) {

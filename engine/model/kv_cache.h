@@ -22,8 +22,16 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include "engine/model/model_config.h"
 
 namespace qtrain::engine::model {
+
+// The bytes a KvCache holds for `rows` sequences of `tokens` tokens (prompt, padding and
+// completion) of a model of `config` in `dtype`: keys and values of every layer, each
+// kv_heads x head_dim per token (Gemma 4's full-attention layers with their own).
+int64_t kv_cache_bytes(const ModelConfig& config, int64_t rows, int64_t tokens, at::ScalarType dtype);
 
 class KvCache {
  public:

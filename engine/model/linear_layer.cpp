@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "ops/linear_4bit.h"
+#include "ops/linear_dense.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -97,7 +98,7 @@ LinearLayer LinearLayer::from_weight(std::string name,
 at::Tensor LinearLayer::forward(const at::Tensor& x, bool training) const {
   at::Tensor y;
   if (const auto* dense = std::get_if<at::Tensor>(&weight)) {
-    y = at::linear(x, *dense, bias);
+    y = ops::linear_dense(x, *dense, bias);
   } else if (const auto* q4 = std::get_if<ops::Packed4bit>(&weight)) {
     y = ops::linear_4bit(x, *q4, bias);
   } else {

@@ -114,6 +114,10 @@ Tokenizer Tokenizer::load(const std::filesystem::path& dir) {
       t.config_.chat_template = c["chat_template"].get<std::string>();
     }
   }
+  // transformers (4.43 on) saves the template apart, and reads it in place of tokenizer_config's.
+  if (const auto jinja = dir / "chat_template.jinja"; std::filesystem::exists(jinja)) {
+    t.config_.chat_template = read_file(jinja);
+  }
   return t;
 }
 

@@ -28,7 +28,9 @@ struct TokenizerConfig {
   std::optional<std::string> eos_token;
   std::optional<std::string> pad_token;
   std::optional<std::string> unk_token;
-  // The chat template text, when it is one string (a list of named templates is not read yet).
+  // The chat template text: chat_template.jinja beside tokenizer_config.json, which transformers
+  // reads in its place, else tokenizer_config.json's when it is one string (a list of named
+  // templates is not read yet).
   std::optional<std::string> chat_template;
 };
 

@@ -84,7 +84,10 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
                                    bool progress) {
   std::string key;
   if (!c.dataset_prepared_path.empty()) {
-    key = data::prepared_key({c.base_model / "tokenizer.json", c.base_model / "tokenizer_config.json", d.path},
+    key = data::prepared_key({c.base_model / "tokenizer.json",
+                              c.base_model / "tokenizer_config.json",
+                              c.base_model / "chat_template.jinja",
+                              d.path},
                              sample_settings(c, d, tokenizer != nullptr));
     if (auto cached = data::read_prepared(c.dataset_prepared_path, key)) {
       std::fprintf(log,
