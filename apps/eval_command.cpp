@@ -39,8 +39,8 @@ void run(const Options& o) {
   using namespace engine;
   const auto c = load_command_config(o.config, o.sets);
   auto loaded = train::load_run_model(c, o.adapter, "eval", stderr);
-  const auto samples = eval_samples(c, o.data, loaded.tokenizer.get(), loaded.lm.config().vocab_size);
-  schedule::LayerScheduler scheduler(loaded.lm);
+  const auto samples = eval_samples(c, o.data, loaded.tokenizer.get(), loaded.lm->config().vocab_size);
+  schedule::LayerScheduler scheduler(*loaded.lm, loaded.residency);
   const auto plan = scheduler.prepare_eval();
   double loss_sum = 0;
   int64_t tokens = 0;

@@ -48,7 +48,7 @@ std::unique_ptr<GenerationSession> open_generation(const GenerationFlags& f, con
   if (s->model.tokenizer) {
     s->tokenizer = s->model.tokenizer.get();
   } else {
-    s->own_tokenizer = data::model_tokenizer(c.base_model, s->model.lm.config().vocab_size);
+    s->own_tokenizer = data::model_tokenizer(c.base_model, s->model.lm->config().vocab_size);
     TORCH_CHECK(s->own_tokenizer,
                 c.base_model.string(),
                 " has no tokenizer.json, and its vocabulary is not the built-in byte tokenizer's: generating needs "
@@ -65,7 +65,7 @@ std::unique_ptr<GenerationSession> open_generation(const GenerationFlags& f, con
   o.seed = f.seed.value_or(static_cast<uint64_t>(c.seed));
   if (!f.ignore_eos) o.stop_ids = generate::stop_ids(c, *s->tokenizer);
   o.stop_strings = f.stop;
-  s->scheduler = std::make_unique<schedule::LayerScheduler>(s->model.lm);
+  s->scheduler = std::make_unique<schedule::LayerScheduler>(*s->model.lm, s->model.residency);
   return s;
 }
 

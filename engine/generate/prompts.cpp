@@ -58,10 +58,11 @@ std::optional<std::string> chat_template_source(const config::RunConfig& c,
                                                 const fs::path& config_dir,
                                                 const data::TextTokenizer& tokenizer) {
   config::DatasetConfig d;
-  const auto resolve = [&](const fs::path& p) { return p.is_absolute() ? p : config_dir / p; };
   if (!choice.empty()) {
+    // A path on the command line is the shell's: relative to the working folder.
     const bool file = fs::is_regular_file(choice);
-    config::apply_chat_template(file ? "jinja" : choice, file ? choice : "", resolve, "--chat-template", choice, d);
+    const auto as_given = [](const fs::path& p) { return p; };
+    config::apply_chat_template(file ? "jinja" : choice, file ? choice : "", as_given, "--chat-template", choice, d);
     TORCH_CHECK(
         file || choice == "tokenizer_default" || !d.chat_template_source.empty() || !d.chat_template_fallback.empty(),
         "--chat-template ",
@@ -69,8 +70,9 @@ std::optional<std::string> chat_template_source(const config::RunConfig& c,
         " is neither a .jinja file nor a template name; ",
         config::chat_template_choice_help());
   } else {
+    const auto from_config = [&](const fs::path& p) { return p.is_absolute() ? p : config_dir / p; };
     config::apply_chat_template(
-        c.chat_template, c.chat_template_jinja, resolve, "chat_template", "chat_template_jinja", d);
+        c.chat_template, c.chat_template_jinja, from_config, "chat_template", "chat_template_jinja", d);
   }
   if (!d.chat_template_source.empty()) return d.chat_template_source;
   if (auto own = tokenizer.chat_template()) return own;

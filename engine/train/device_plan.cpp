@@ -31,7 +31,7 @@ schedule::ResidencyPlan residency_plan(const config::RunConfig& c,
 
 }  // namespace
 
-DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int64_t world_size) {
+DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int64_t world_size, std::FILE* log) {
   DevicePlan p;
   p.device = device;
   const bool offload = c.offload_layers_auto || c.offload_layers > 0;
@@ -69,7 +69,7 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
     // The measured bandwidth, so the plan's transfer time is this machine's.
     p.copy_engine = offload::make_cuda_copy_engine(device);
     p.h2d_bytes_per_s = offload::measure_copy_bandwidth(*p.copy_engine, int64_t{256} << 20);
-    std::printf("offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
+    std::fprintf(log, "offload: pinned host-to-device copies at %.1f GB/s\n", p.h2d_bytes_per_s / 1e9);
   }
   auto plan = plan_run(
       c, model, budget, p.h2d_bytes_per_s > 0 ? p.h2d_bytes_per_s : offload::kDefaultH2dBytesPerSecond, world_size);
@@ -83,8 +83,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
   const std::string pinned = pinned_memory_problem(plan, host_memory_available_bytes());
   TORCH_CHECK(pinned.empty(), pinned, "\n", offload::format_plan(plan));
   limit_device_memory(device, budget);
-  std::printf("%s", offload::format_plan(plan).c_str());
-  std::fflush(stdout);
+  std::fprintf(log, "%s", offload::format_plan(plan).c_str());
+  std::fflush(log);
   p.residency = residency_plan(c, model, plan.offloaded_layers);
   p.memory = std::move(plan);
   return p;
@@ -92,7 +92,8 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
 
 std::shared_ptr<schedule::StreamedWeights> make_residency(const DevicePlan& p,
                                                           model::CausalLM& model,
-                                                          std::shared_ptr<dist::ShardedBase> sharded) {
+                                                          std::shared_ptr<dist::ShardedBase> sharded,
+                                                          std::FILE* log) {
   const auto& plan = p.residency;
   if (plan.streamed_layers().empty()) return nullptr;
   TORCH_CHECK(plan.shard_base() == (sharded != nullptr), "the sharded base and the residency plan disagree");
@@ -101,22 +102,24 @@ std::shared_ptr<schedule::StreamedWeights> make_residency(const DevicePlan& p,
   const auto s = residency->stats();
   const bool gpu = p.device.is_cuda();
   if (sharded) {
-    std::printf("shard_base: each layer gathered into one of %lld device slots of %s, prefetch depth %lld\n",
-                static_cast<long long>(s.num_slots),
-                offload::format_bytes(s.slot_bytes).c_str(),
-                static_cast<long long>(plan.prefetch_depth()));
+    std::fprintf(log,
+                 "shard_base: each layer gathered into one of %lld device slots of %s, prefetch depth %lld\n",
+                 static_cast<long long>(s.num_slots),
+                 offload::format_bytes(s.slot_bytes).c_str(),
+                 static_cast<long long>(plan.prefetch_depth()));
   } else {
-    std::printf("offload: %zu of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
-                plan.host_layers().size(),
-                static_cast<long long>(plan.num_layers()),
-                gpu ? "pinned" : "simulated",
-                offload::format_bytes(s.held_bytes).c_str(),
-                static_cast<long long>(s.num_slots),
-                offload::format_bytes(s.slot_bytes).c_str(),
-                static_cast<long long>(plan.prefetch_depth()),
-                gpu ? "" : " (CPU run: no memory saved)");
+    std::fprintf(log,
+                 "offload: %zu of %lld layers in %s host memory (%s), %lld device slots of %s, prefetch depth %lld%s\n",
+                 plan.host_layers().size(),
+                 static_cast<long long>(plan.num_layers()),
+                 gpu ? "pinned" : "simulated",
+                 offload::format_bytes(s.held_bytes).c_str(),
+                 static_cast<long long>(s.num_slots),
+                 offload::format_bytes(s.slot_bytes).c_str(),
+                 static_cast<long long>(plan.prefetch_depth()),
+                 gpu ? "" : " (CPU run: no memory saved)");
   }
-  std::fflush(stdout);
+  std::fflush(log);
   return residency;
 }
 

