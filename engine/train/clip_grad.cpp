@@ -23,11 +23,9 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
   const auto grads = defined_grads(params);
   if (grads.empty()) return 0.0;
-  const auto device = grads.front().device();
-  std::vector<at::Tensor> norms;
-  norms.reserve(grads.size());
-  for (const auto& g : grads) norms.push_back(at::linalg_vector_norm(g, 2).to(device));
-  const auto total_norm = at::linalg_vector_norm(at::stack(norms), 2);
+  // The per-tensor norms as one multi-tensor operator (torch's foreach path computes these the
+  // same way: its CPU fallback is linalg_vector_norm per tensor).
+  const auto total_norm = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
   // A host read of the step (Note [Host reads] in ops/host_read.h); the caller logs the norm.
   const double result = ops::read_scalar<double>(total_norm, "clip: gradient norm");
   if (max_norm > 0) {
@@ -35,7 +33,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
     const auto clip_coef = at::reciprocal(total_norm + 1e-6) * max_norm;
     const auto clip_coef_clamped = at::clamp(clip_coef, std::optional<at::Scalar>(), std::optional<at::Scalar>(1.0));
     // Multiplied even when the coefficient is 1 (exact), as torch does: no branch on the value.
-    for (const auto& g : grads) g.mul_(clip_coef_clamped.to(g.device()));
+    at::_foreach_mul_(grads, clip_coef_clamped);
   }
   return result;
 }
@@ -44,10 +42,11 @@ at::Tensor grads_finite(const std::vector<at::Tensor>& params) {
   at::NoGradGuard no_grad;
   const auto grads = defined_grads(params);
   if (grads.empty()) return at::ones({}, at::kBool);
-  std::vector<at::Tensor> finite;
-  finite.reserve(grads.size());
-  for (const auto& g : grads) finite.push_back(at::isfinite(g).all().to(grads.front().device()));
-  return at::stack(finite).all();
+  // AMP's multi-tensor check: sets `found` to 1 where a grad holds a NaN or an infinity, and
+  // multiplies the grads by 1 (exact: every value, NaN and infinities included, stays as it was).
+  auto found = at::zeros({1}, grads.front().options());
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found, at::ones({1}, grads.front().options()));
+  return found.squeeze(0) == 0;
 }
 
 }  // namespace qtrain::engine::train
