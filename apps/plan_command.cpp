@@ -13,6 +13,7 @@
 #include "engine/train/memory_stats.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_plan.h"
+#include "engine/train/run_vocabulary.h"
 
 namespace qtrain::apps {
 namespace {
@@ -97,7 +98,7 @@ void run(const Options& o, int& exit_code) {
     TORCH_CHECK(v, "--h2d-bandwidth '", o.h2d_bandwidth, "': expected a bandwidth such as 25GB/s or 25 (GB/s)");
     h2d = *v;
   }
-  const auto model = train::read_model_config(c.base_model);
+  const auto model = train::run_model_config(c);
   const Budget budget = budget_of(o, c);
   const int64_t world = o.world_size > 0 ? o.world_size : dist::dist_env().world_size;
   const auto shape = train::memory_shape(c, model);

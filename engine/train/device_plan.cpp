@@ -11,6 +11,7 @@
 #include "engine/schedule/offloaded_weights.h"
 #include "engine/train/memory_stats.h"
 #include "engine/train/run_plan.h"
+#include "engine/train/run_vocabulary.h"
 #include "offload/copy_bandwidth.h"
 #include "offload/simulated_copy_engine.h"
 
@@ -35,7 +36,7 @@ DevicePlan plan_device(const config::RunConfig& c, const at::Device& device, int
   DevicePlan p;
   p.device = device;
   const bool offload = c.offload_layers_auto || c.offload_layers > 0;
-  const auto model = read_model_config(c.base_model);
+  const auto model = run_model_config(c);
   if (!device.is_cuda() && !offload) {
     // Offloaded activations alone pass through the simulated copy engine on the CPU.
     if (c.activation_offloading) p.copy_engine = std::make_shared<offload::SimulatedCopyEngine>();

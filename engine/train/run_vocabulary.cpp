@@ -6,6 +6,7 @@
 
 #include "engine/model/resize_embeddings.h"
 #include "engine/model/saved_modules.h"
+#include "engine/train/run_plan.h"
 #include "engine/train/training_data.h"
 
 namespace qtrain::engine::train {
@@ -13,6 +14,15 @@ namespace qtrain::engine::train {
 int64_t embedding_rows(const config::RunConfig& c, int64_t model_rows, int64_t tokenizer_size) {
   const int64_t wanted = c.resize_token_embeddings_to_32x ? (tokenizer_size + 31) / 32 * 32 : tokenizer_size;
   return wanted > model_rows || (wanted < model_rows && c.shrink_embeddings) ? wanted : model_rows;
+}
+
+model::ModelConfig run_model_config(const config::RunConfig& c) {
+  auto model = read_model_config(c.base_model);
+  // As fit_run_vocabulary sizes the loaded model.
+  if (const auto tokenizer = run_tokenizer(c, model.vocab_size)) {
+    model.vocab_size = embedding_rows(c, model.vocab_size, tokenizer->vocab_size());
+  }
+  return model;
 }
 
 std::string fit_embeddings(model::CausalLM& lm,

@@ -21,6 +21,11 @@ namespace qtrain::engine::train {
 // rows with shrink_embeddings; else the model's own.
 int64_t embedding_rows(const config::RunConfig& c, int64_t model_rows, int64_t tokenizer_size);
 
+// base_model's config.json with vocab_size the rows the run gives the embeddings
+// (embedding_rows, once the config's special_tokens and tokens are added to the tokenizer): what
+// the memory plan counts, before any weight is loaded.
+model::ModelConfig run_model_config(const config::RunConfig& c);
+
 // Resizes `lm`'s embeddings to embedding_rows for `tokenizer` (none: unchanged), drawing new rows
 // as transformers does from the run's seed (Note [Resized embeddings] in
 // engine/model/resize_embeddings.h). Returns the log line about `added` and the resize, or "" when
