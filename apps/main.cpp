@@ -5,6 +5,7 @@
 
 #include "apps/chat_command.h"
 #include "apps/eval_command.h"
+#include "apps/export_gguf_command.h"
 #include "apps/generate_command.h"
 #include "apps/init_model_command.h"
 #include "apps/keys_command.h"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   qtrain::apps::add_chat_command(app);
   qtrain::apps::add_eval_command(app);
+  qtrain::apps::add_export_gguf_command(app);
   qtrain::apps::add_generate_command(app);
   qtrain::apps::add_init_model_command(app);
   qtrain::apps::add_keys_command(app);
