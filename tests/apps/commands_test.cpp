@@ -28,25 +28,15 @@
 #include "engine/model/init_model.h"
 #include "ops/quant/kbit.h"
 #include "tests/reference.h"
+#include "tests/run_command.h"
 
 namespace qtrain {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;  // stdout
-};
-
-// stdout of `cmd`; with `with_stderr`, stderr too.
-Result run(const std::string& cmd, bool with_stderr = false) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
-  r.status = pclose(p);
-  return r;
+test::CommandResult run(const std::string& cmd, bool with_stderr = false) {
+  return test::run_command(cmd, with_stderr);
 }
 
 std::string last_line(const std::string& s) {

@@ -17,6 +17,7 @@
 
 #include "engine/io/remove_tree.h"
 #include "tests/reference.h"
+#include "tests/run_command.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain {
@@ -24,18 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;
-};
+using Result = test::CommandResult;
 
 Result run(const std::string& cmd) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
-  r.status = pclose(p);
-  return r;
+  return test::run_command(cmd, /*with_stderr=*/true);
 }
 
 class ExportGguf : public testing::Test {

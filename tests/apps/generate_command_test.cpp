@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/io/remove_tree.h"
+#include "tests/run_command.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain {
@@ -25,18 +26,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status;
-  std::string out;  // stdout (and stderr with `with_stderr`)
-};
-
-Result run(const std::string& cmd, bool with_stderr = false) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) r.out += buf.data();
-  r.status = pclose(p);
-  return r;
+test::CommandResult run(const std::string& cmd, bool with_stderr = false) {
+  return test::run_command(cmd, with_stderr);
 }
 
 class GenerateCommand : public testing::Test {
