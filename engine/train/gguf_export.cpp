@@ -2,6 +2,7 @@
 #include "engine/train/gguf_export.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -182,6 +183,22 @@ void add_tokenizer(io::GgufWriter& w,
   if (const auto chat = tokenizer.chat_template()) w.add_string("tokenizer.chat_template", *chat);
 }
 
+// The converter's rope_freqs for "llama3" rope (LlamaModel.generate_extra_tensors): the factor
+// by which ggml divides each frequency, 1 / (transformers' scaling of it), computed with the
+// converter's float32 operations (Python's `a / tensor` is a reciprocal times a).
+at::Tensor llama3_rope_factors(const model::ModelConfig& mc) {
+  const auto& s = mc.rope_scaling;
+  const auto freqs = at::reciprocal(at::pow(mc.rope_theta, at::arange(0, mc.head_dim, 2, at::kFloat) / mc.head_dim));
+  const auto wavelen = at::reciprocal(freqs) * (2 * M_PI);
+  const double old_ctx = static_cast<double>(s.original_max_position_embeddings);
+  const auto smooth =
+      (at::reciprocal(wavelen) * old_ctx - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const auto medium = at::reciprocal((1 - smooth) / s.factor + smooth);
+  return at::where(wavelen < old_ctx / s.high_freq_factor,
+                   at::ones_like(freqs),
+                   at::where(wavelen > old_ctx / s.low_freq_factor, at::full_like(freqs, s.factor), medium));
+}
+
 uint32_t file_type(GgmlType type) {
   switch (type) {
     case GgmlType::f32:
@@ -229,10 +246,10 @@ void write_gguf(const config::RunConfig& c,
               "export-gguf: ",
               model::architecture_name(mc.arch),
               " is not exported yet; Llama, Mistral, Qwen2 and Qwen3 are (docs/GGUF.md)");
-  TORCH_CHECK(mc.rope_scaling.type == "default",
+  TORCH_CHECK(mc.rope_scaling.type == "default" || (llama && mc.rope_scaling.type == "llama3"),
               "export-gguf: rope scaling '",
               mc.rope_scaling.type,
-              "' (config.json) is not exported yet: llama.cpp needs its factors as a rope_freqs tensor");
+              "' (config.json) is not exported yet; default and Llama 3's llama3 are");
   TORCH_CHECK(lm.config().vocab_size == read_json(c.base_model / "config.json").value("vocab_size", int64_t{0}),
               "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
               "merge first (qtrain merge) and export the merged folder");
@@ -267,6 +284,10 @@ void write_gguf(const config::RunConfig& c,
                  "export-gguf: %s has no tokenizer.json: the file holds no tokenizer (transformers can load its "
                  "weights; llama.cpp needs one)\n",
                  c.base_model.c_str());
+  }
+  if (mc.rope_scaling.type == "llama3") {
+    const auto factors = llama3_rope_factors(mc);
+    w.add_tensor("rope_freqs.weight", factors.sizes().vec(), GgmlType::f32, [factors] { return factors; });
   }
   for (auto& [name, tensor] : tensors) {
     const auto gguf = gguf_name(name);

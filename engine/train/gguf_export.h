@@ -14,7 +14,9 @@
 // - architecture keys: context_length, embedding_length, feed_forward_length, block_count,
 //   attention.head_count, head_count_kv, layer_norm_rms_epsilon, rope.freq_base,
 //   rope.dimension_count, vocab_size (key_length and value_length where head_dim is not
-//   hidden / heads); general.architecture, name, file_type, quantization_version;
+//   hidden / heads); general.architecture, name, file_type, quantization_version; Llama 3's
+//   "llama3" rope as the converter writes it, a rope_freqs tensor of the factor dividing each
+//   frequency (its original context from rope_scaling, where transformers reads it);
 // - the tokenizer (BPE tokenizer.json, "gpt2"): every id below the embeddings' rows as a token
 //   (missing ids "[PADn]", type unused), types normal / control (special added tokens) /
 //   user-defined (other added tokens), merges "a b", bos / eos / unk / padding ids from
@@ -23,8 +25,8 @@
 //   template, and tokenizer.ggml.pre: the converter's name for the sha256 of str() of the ids
 //   the tokenizer gives its fixed check text (qtrain's tokenizer gives transformers' ids, so the
 //   same hash), from the converter's table for the families qtrain reads.
-// Not yet: Gemma, the MoE families, rope scaling (Llama 3's "llama3" rope needs rope_freqs), a
-// run that adds tokens, SentencePiece-model tokenizers, streaming the tensors from the base.
+// Not yet: Gemma, the MoE families, other rope scaling (linear, YaRN), a run that adds tokens, SentencePiece-model
+// tokenizers, streaming the tensors from the base.
 #pragma once
 
 #include <cstdio>

