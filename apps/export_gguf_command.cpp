@@ -19,6 +19,7 @@ struct Options {
   std::string out;
   std::string type = "f16";
   std::string pre;
+  bool adapter_only = false;
   bool overwrite = false;
   std::vector<std::string> sets;
 };
@@ -33,7 +34,11 @@ void run(const Options& o) {
                                                       {"f16", ops::GgmlType::f16},
                                                       {"bf16", ops::GgmlType::bf16},
                                                       {"q8_0", ops::GgmlType::q8_0}};
-  engine::train::write_gguf(c, o.adapter, o.out, types.at(o.type), o.pre, stderr);
+  if (o.adapter_only) {
+    engine::train::write_gguf_adapter(c, o.adapter, o.out, types.at(o.type), stderr);
+  } else {
+    engine::train::write_gguf(c, o.adapter, o.out, types.at(o.type), o.pre, stderr);
+  }
   std::printf("%s\n", o.out.c_str());
 }
 
@@ -50,6 +55,9 @@ void add_export_gguf_command(CLI::App& app) {
       ->check(CLI::IsMember({"f16", "bf16", "q8_0", "f32"}))
       ->capture_default_str();
   cmd->add_option("--pre", o->pre, "tokenizer.ggml.pre, where qtrain does not know the tokenizer's (llama.cpp's name)");
+  cmd->add_flag("--adapter-only",
+                o->adapter_only,
+                "write the adapter alone as a GGUF LoRA file (llama-cli --lora, Ollama's ADAPTER)");
   cmd->add_flag("--overwrite", o->overwrite, "replace an existing --out file");
   cmd->add_option("--set", o->sets, "override a config key: --set key=value (repeatable)");
   cmd->callback([o] { run(*o); });

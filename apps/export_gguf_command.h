@@ -1,6 +1,6 @@
-// `qtrain export-gguf CONFIG [--adapter DIR] --out FILE.gguf [--type f16|bf16|q8_0|f32]`: the
-// merged model as one GGUF file for llama.cpp, Ollama and LM Studio, written by qtrain itself (no
-// llama.cpp build). See docs/GGUF.md.
+// `qtrain export-gguf CONFIG [--adapter DIR] [--adapter-only] --out FILE.gguf [--type
+// f16|bf16|q8_0|f32]`: the merged model (or the adapter alone, a GGUF LoRA file) for llama.cpp,
+// Ollama and LM Studio, written by qtrain itself (no llama.cpp build). See docs/GGUF.md.
 #pragma once
 
 #include <CLI/CLI.hpp>

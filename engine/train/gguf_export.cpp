@@ -17,6 +17,7 @@
 #include "engine/io/gguf_writer.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/sha256.h"
+#include "engine/model/lora_attach.h"
 #include "engine/model/merged_weights.h"
 #include "engine/train/run_model.h"
 
@@ -213,6 +214,33 @@ uint32_t file_type(GgmlType type) {
   return 0;
 }
 
+// The GGUF architecture of a model qtrain exports ("llama" for Llama and Mistral), or an error.
+std::string gguf_architecture(const model::ModelConfig& mc) {
+  using model::Architecture;
+  const bool llama = mc.arch == Architecture::llama || mc.arch == Architecture::mistral;
+  TORCH_CHECK(llama || mc.arch == Architecture::qwen2 || mc.arch == Architecture::qwen3,
+              "export-gguf: ",
+              model::architecture_name(mc.arch),
+              " is not exported yet; Llama, Mistral, Qwen2 and Qwen3 are (docs/GGUF.md)");
+  return llama ? "llama" : model::architecture_name(mc.arch);
+}
+
+// Llama's q and k rows (and a LoRA B's, which are the same rows) in ggml's order.
+at::Tensor gguf_rows(const std::string& arch,
+                     const std::string& name,
+                     const at::Tensor& t,
+                     const model::ModelConfig& mc) {
+  if (arch != "llama") return t;
+  if (name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias")) return permute_rows(t, mc.num_heads);
+  if (name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias")) return permute_rows(t, mc.num_kv_heads);
+  return t;
+}
+
+GgmlType matrix_type(const at::Tensor& t, GgmlType type) {
+  if (t.dim() <= 1) return GgmlType::f32;
+  return type == GgmlType::q8_0 && t.size(-1) % 32 != 0 ? GgmlType::f16 : type;
+}
+
 }  // namespace
 
 std::string gguf_pre_tokenizer(const data::TextTokenizer& tokenizer) {
@@ -231,6 +259,48 @@ std::string gguf_pre_tokenizer(const data::TextTokenizer& tokenizer) {
   return it->second;
 }
 
+void write_gguf_adapter(
+    const config::RunConfig& c, const fs::path& adapter, const fs::path& out, GgmlType type, std::FILE* log) {
+  TORCH_CHECK(!adapter.empty() || !c.lora_model_dir.empty(),
+              "export-gguf --adapter-only needs an adapter: pass --adapter DIR or set lora_model_dir");
+  auto run = load_run_model(c, adapter, "export-gguf", log, model::LoadOptions{});
+  const auto& lm = *run.lm;
+  const auto& mc = lm.config();
+  const std::string arch = gguf_architecture(mc);
+  TORCH_CHECK(!lm.trained_embed_tokens().defined() && !lm.trained_lm_head().defined(),
+              "export-gguf --adapter-only: the adapter trains the embeddings or the head in full (modules_to_save), "
+              "which a GGUF LoRA file cannot hold; export the merged model (without --adapter-only)");
+  io::GgufWriter w;
+  w.add_string("general.architecture", arch);
+  w.add_string("general.type", "adapter");
+  w.add_string("adapter.type", "lora");
+  std::optional<double> alpha;
+  for (const auto& [module, a] : model::lora_adapters(lm)) {
+    const std::string name = module + ".weight";
+    const auto gguf = gguf_name(name);
+    TORCH_CHECK(gguf.has_value(),
+                "export-gguf --adapter-only: the adapter of '",
+                module,
+                "' (MoE experts or router) has no place in a GGUF LoRA file; export the merged model");
+    TORCH_CHECK(!a.magnitude.defined(),
+                "export-gguf --adapter-only: DoRA (peft_use_dora) has no GGUF LoRA form; export the merged model");
+    // llama.cpp scales each tensor pair by alpha / rank: one alpha for the file.
+    const double module_alpha = a.scaling * static_cast<double>(a.rank());
+    TORCH_CHECK(!alpha || std::abs(*alpha - module_alpha) <= 1e-9 * std::abs(module_alpha),
+                "export-gguf --adapter-only: the adapters' alpha / rank differ between modules (rank_pattern or "
+                "alpha_pattern), and a GGUF LoRA file has one alpha; export the merged model");
+    alpha = module_alpha;
+    const at::Tensor lora_a = a.a.detach().to(at::kFloat).contiguous();
+    const at::Tensor lora_b = gguf_rows(arch, name, a.b.detach().to(at::kFloat), mc).contiguous();
+    w.add_tensor(*gguf + ".lora_a", lora_a.sizes().vec(), matrix_type(lora_a, type), [lora_a] { return lora_a; });
+    w.add_tensor(*gguf + ".lora_b", lora_b.sizes().vec(), matrix_type(lora_b, type), [lora_b] { return lora_b; });
+  }
+  TORCH_CHECK(alpha.has_value(), "export-gguf --adapter-only: the adapter adapts no linear layer");
+  w.add_float32("adapter.lora.alpha", static_cast<float>(*alpha));
+  w.write(out);
+  std::fprintf(log, "export-gguf: %s (GGUF LoRA for %s, alpha %g)\n", out.c_str(), arch.c_str(), *alpha);
+}
+
 void write_gguf(const config::RunConfig& c,
                 const fs::path& adapter,
                 const fs::path& out,
@@ -240,12 +310,8 @@ void write_gguf(const config::RunConfig& c,
   auto run = load_run_model(c, adapter, "export-gguf", log, model::LoadOptions{});
   const auto& lm = *run.lm;
   const auto& mc = lm.config();
-  using model::Architecture;
-  const bool llama = mc.arch == Architecture::llama || mc.arch == Architecture::mistral;
-  TORCH_CHECK(llama || mc.arch == Architecture::qwen2 || mc.arch == Architecture::qwen3,
-              "export-gguf: ",
-              model::architecture_name(mc.arch),
-              " is not exported yet; Llama, Mistral, Qwen2 and Qwen3 are (docs/GGUF.md)");
+  const std::string arch = gguf_architecture(mc);
+  const bool llama = arch == "llama";
   TORCH_CHECK(mc.rope_scaling.type == "default" || (llama && mc.rope_scaling.type == "llama3"),
               "export-gguf: rope scaling '",
               mc.rope_scaling.type,
@@ -253,7 +319,6 @@ void write_gguf(const config::RunConfig& c,
   TORCH_CHECK(lm.config().vocab_size == read_json(c.base_model / "config.json").value("vocab_size", int64_t{0}),
               "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
               "merge first (qtrain merge) and export the merged folder");
-  const std::string arch = llama ? "llama" : model::architecture_name(mc.arch);
   const auto folder = io::HfFolder::open(c.base_model);
   auto tensors = model::merged_tensors(lm, folder, at::kFloat);
 
@@ -292,14 +357,8 @@ void write_gguf(const config::RunConfig& c,
   for (auto& [name, tensor] : tensors) {
     const auto gguf = gguf_name(name);
     TORCH_CHECK(gguf.has_value(), "export-gguf: no GGUF name for the tensor '", name, "'");
-    at::Tensor t = tensor;
-    if (llama && (name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias"))) t = permute_rows(t, mc.num_heads);
-    if (llama && (name.ends_with("k_proj.weight") || name.ends_with("k_proj.bias"))) {
-      t = permute_rows(t, mc.num_kv_heads);
-    }
-    GgmlType as = t.dim() <= 1 ? GgmlType::f32 : type;
-    if (as == GgmlType::q8_0 && t.size(-1) % 32 != 0) as = GgmlType::f16;
-    w.add_tensor(*gguf, t.sizes().vec(), as, [t] { return t; });
+    const at::Tensor t = gguf_rows(arch, name, tensor, mc);
+    w.add_tensor(*gguf, t.sizes().vec(), matrix_type(t, type), [t] { return t; });
   }
   // A progress line every tenth of the tensors.
   w.write(out, [&](size_t i, size_t n) {

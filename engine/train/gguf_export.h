@@ -25,6 +25,7 @@
 //   template, and tokenizer.ggml.pre: the converter's name for the sha256 of str() of the ids
 //   the tokenizer gives its fixed check text (qtrain's tokenizer gives transformers' ids, so the
 //   same hash), from the converter's table for the families qtrain reads.
+// The adapter alone: write_gguf_adapter below.
 // Not yet: Gemma, the MoE families, other rope scaling (linear, YaRN), a run that adds tokens, SentencePiece-model
 // tokenizers, streaming the tensors from the base.
 #pragma once
@@ -51,5 +52,17 @@ void write_gguf(const config::RunConfig& c,
                 ops::GgmlType type,
                 const std::string& pre,
                 std::FILE* log);
+
+// The adapter alone (`adapter`, else lora_model_dir) as a GGUF LoRA file, as llama.cpp's
+// convert_lora_to_gguf.py writes it: general.type "adapter", adapter.type "lora",
+// adapter.lora.alpha, and per adapted linear layer "<its GGUF tensor>.lora_a" [r, in] and
+// ".lora_b" [out, r] (Llama's q / k rows of B permuted as the weights are). llama.cpp scales each
+// pair by alpha / r, so the alpha written is scaling x r, which must be one value for all layers
+// (rsLoRA included); expert and router LoRA, DoRA and modules trained in full are refused.
+void write_gguf_adapter(const config::RunConfig& c,
+                        const std::filesystem::path& adapter,
+                        const std::filesystem::path& out,
+                        ops::GgmlType type,
+                        std::FILE* log);
 
 }  // namespace qtrain::engine::train

