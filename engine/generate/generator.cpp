@@ -136,6 +136,9 @@ std::vector<Completion> generate(schedule::LayerScheduler& scheduler,
   check_sampling(o.sampling);
   TORCH_CHECK(o.max_new_tokens > 0, "--max-new-tokens is ", o.max_new_tokens, ": use a positive count");
   TORCH_CHECK(o.batch_size > 0, "--batch-size is ", o.batch_size, ": use a positive count");
+  for (const auto& stop : o.stop_strings) {
+    TORCH_CHECK(!stop.empty(), "--stop: an empty text would end every completion before it starts; give the text");
+  }
   for (size_t i = 0; i < prompts.size(); ++i) {
     TORCH_CHECK(!prompts[i].empty(), "prompt ", i + 1, " has no tokens: give it some text");
   }

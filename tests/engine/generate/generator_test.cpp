@@ -20,6 +20,7 @@
 #include "engine/io/remove_tree.h"
 #include "engine/model/causal_lm.h"
 #include "engine/model/lora_attach.h"
+#include "tests/expect_error.h"
 #include "tests/reference.h"
 #include "tests/temp_dir.h"
 
@@ -177,6 +178,8 @@ TEST(Generate, TextStreamsInPiecesAndAStopStringEndsIt) {
   EXPECT_EQ(cut[0].text, whole[0].text.substr(0, at));
   EXPECT_EQ(piece_text, cut[0].text);
   EXPECT_LT(cut[0].ids.size(), 16u);
+  o.stop_strings = {""};
+  test::expect_error([&] { generate(scheduler, tokenizer, {input[0]}, o); }, "--stop: an empty text");
 }
 
 }  // namespace
