@@ -61,16 +61,22 @@ void run(const Options& o) {
     TORCH_CHECK(out.good(), "--out ", o.out, ": cannot be written");
   }
   // To the terminal: streamed when the prompts go one at a time, else each completion once its
-  // batch ends; with --out, a progress line.
+  // batch ends; either way each completion ends with a newline, a blank line between them.
   const bool stream = o.out.empty() && (prompts.size() == 1 || options.batch_size == 1);
   size_t written = 0;
-  const auto on_text = [&](size_t, const std::string& piece) {
+  size_t streaming = 0;  // the completion being streamed: those before it have ended
+  const auto on_text = [&](size_t i, const std::string& piece) {
     if (!stream) return;
+    for (; streaming < i; ++streaming) std::printf("\n\n");
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
   generate::GenerationTimes times;
   const auto completions = generate::generate(*s->scheduler, *s->tokenizer, ids, options, on_text, &times);
+  if (stream) {
+    for (; streaming + 1 < completions.size(); ++streaming) std::printf("\n\n");
+    std::printf("\n");
+  }
   int64_t made = 0;
   for (size_t i = 0; i < completions.size(); ++i) {
     const auto& c = completions[i];
@@ -88,9 +94,7 @@ void run(const Options& o) {
       line["stop_reason"] = c.stop_reason;
       out << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
       ++written;
-    } else if (stream) {
-      std::printf("\n");
-    } else {
+    } else if (!stream) {
       std::printf("%s%s\n", i == 0 ? "" : "\n", c.text.c_str());
     }
   }

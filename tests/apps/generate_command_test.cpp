@@ -86,7 +86,17 @@ TEST_F(GenerateCommand, StreamsToTheTerminalAndReadsPromptFiles) {
   const auto streamed =
       run(qtrain("generate " + config_.string() + " --chat --prompt 'What is the capital of France?'"));
   ASSERT_EQ(streamed.status, 0);
-  EXPECT_EQ(streamed.out, reference_.at("cases")[0].at("text").get<std::string>() + "\n");
+  const auto answer = reference_.at("cases")[0].at("text").get<std::string>();
+  EXPECT_EQ(streamed.out, answer + "\n");
+  // Several prompts, streamed one at a time or printed per batch: the same text, a blank line
+  // between completions.
+  for (const char* batch : {"1", "2"}) {
+    const auto two =
+        run(qtrain("generate " + config_.string() + " --batch-size " + batch +
+                   " --chat --prompt 'What is the capital of France?' --prompt 'What is the capital of France?'"));
+    ASSERT_EQ(two.status, 0);
+    EXPECT_EQ(two.out, answer + "\n\n" + answer + "\n") << "--batch-size " << batch;
+  }
   // A JSONL file of conversations gives the same answer as --chat with the plain question.
   std::ofstream(dir_ / "prompts.jsonl")
       << R"({"messages": [{"role": "user", "content": "What is the capital of France?"}]})"
