@@ -316,7 +316,7 @@ void write_gguf(const config::RunConfig& c,
               "export-gguf: rope scaling '",
               mc.rope_scaling.type,
               "' (config.json) is not exported yet; default and Llama 3's llama3 are");
-  TORCH_CHECK(lm.config().vocab_size == read_json(c.base_model / "config.json").value("vocab_size", int64_t{0}),
+  TORCH_CHECK(lm.config().vocab_size == run.base_vocab_size,
               "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
               "merge first (qtrain merge) and export the merged folder");
   const auto folder = io::HfFolder::open(c.base_model);

@@ -16,7 +16,6 @@
 #include "engine/model/merged_weights.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/run_model.h"
-#include "engine/train/run_plan.h"
 
 namespace qtrain::engine::train {
 
@@ -25,7 +24,6 @@ void write_merged_folder(const config::RunConfig& c,
                          const std::filesystem::path& out,
                          at::ScalarType dtype,
                          std::FILE* log) {
-  const int64_t base_rows = read_model_config(c.base_model).vocab_size;
   // The merge uses the base's float weights (a pre-quantized base is dequantized), in float32 on
   // the CPU. See Note [Merged tensors] (engine/model/merged_weights.cpp).
   auto run = load_run_model(c, adapter, "merge", log, model::LoadOptions{});
@@ -43,7 +41,8 @@ void write_merged_folder(const config::RunConfig& c,
                  "merge: the adapter trains the tied embeddings or head in full (modules_to_save): both are "
                  "written, lm_head.weight apart, with tie_word_embeddings: false\n");
   }
-  if (lm.config().vocab_size != base_rows) (nested ? json["text_config"] : json)["vocab_size"] = lm.config().vocab_size;
+  if (lm.config().vocab_size != run.base_vocab_size)
+    (nested ? json["text_config"] : json)["vocab_size"] = lm.config().vocab_size;
   json["dtype"] = dtype == at::kFloat ? "float32" : "bfloat16";
   io::save_hf_folder(out, json, tensors);
   // The tokenizer, chat template and generation config travel with the weights, the tokenizer

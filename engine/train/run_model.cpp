@@ -30,6 +30,7 @@ RunModel load_with(const config::RunConfig& c,
                    ? "float32"
                    : base_quantization_note(folder.config(), (c.base_model / "config.json").string(), c).c_str());
   RunModel out{std::make_unique<model::CausalLM>(model::CausalLM::load(folder, options)), nullptr, {}, nullptr};
+  out.base_vocab_size = out.lm->config().vocab_size;
   // The config's new tokens size the model as training did.
   auto vocabulary = fit_run_vocabulary(*out.lm, c);
   if (!vocabulary.log_line.empty()) std::fprintf(log, "%s: %s\n", command.c_str(), vocabulary.log_line.c_str());

@@ -24,6 +24,8 @@ struct RunModel {
   // The layers streamed from host memory, as the config's offload_layers (or, on CUDA, the plan
   // for gpu_memory_limit) says, for the LayerScheduler; null when every layer is resident.
   std::shared_ptr<schedule::StreamedWeights> residency;
+  // The embedding rows base_model has; lm's differ where the run's tokens grew them.
+  int64_t base_vocab_size = 0;
 };
 
 // base_model loaded as `c` says (device, compute dtype, quantization of the base, experts, and
