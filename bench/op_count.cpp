@@ -20,7 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/model/lora_attach.h"
+#include "bench/lora_bench_model.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/train/adamw.h"
 #include "engine/train/clip_grad.h"
@@ -55,15 +55,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace qtrain::engine;
-  model::LoadOptions options;
-  options.quant.kind = model::QuantSpec::Kind::nf4;
-  options.quant.double_quant = true;
-  auto lm = model::CausalLM::load(io::HfFolder::open(model_dir), options);
-  lora::LoraConfig lc;
-  lc.r = rank;
-  lc.alpha = 2.0 * rank;
-  lc.target_all_linear = true;
-  model::attach_new_lora(lm, lc, 0);
+  auto lm = qtrain::bench::lora_bench_model(model_dir, rank, /*nf4=*/true);
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_training(schedule::checkpoint_policy_from_name(policy));
   const auto params = lm.trainable_parameters();

@@ -15,8 +15,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/lora_bench_model.h"
 #include "bench/process_memory.h"
-#include "engine/model/lora_attach.h"
 #include "engine/schedule/layer_scheduler.h"
 
 int main(int argc, char** argv) {
@@ -32,17 +32,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace qtrain::engine;
-  model::LoadOptions options;
-  if (quant == "nf4") {
-    options.quant.kind = model::QuantSpec::Kind::nf4;
-    options.quant.double_quant = true;
-  }
-  auto lm = model::CausalLM::load(io::HfFolder::open(model_dir), options);
-  lora::LoraConfig lc;
-  lc.r = rank;
-  lc.alpha = 2.0 * rank;
-  lc.target_all_linear = true;
-  model::attach_new_lora(lm, lc, 0);
+  auto lm = qtrain::bench::lora_bench_model(model_dir, rank, quant == "nf4");
   schedule::LayerScheduler scheduler(lm);
   const auto plan = scheduler.prepare_training(schedule::checkpoint_policy_from_name(policy));
   at::manual_seed(0);
