@@ -174,19 +174,13 @@ std::vector<RunConfigKey> lora_keys() {
        R"md(list of names)md",
        R"md(`[]`)md",
        "axolotl",
-       R"md(PEFT's `modules_to_save`: `embed_tokens` and / or `lm_head` (or a dotted suffix of their paths) trained in full beside the adapters, as float32 copies of the base's (used in the compute dtype) that the same optimizer, learning rate, clipping and weight decay train. Saved in the adapter as PEFT saves them (`base_model.model.model.embed_tokens.weight`, `base_model.model.lm_head.weight`; `modules_to_save` in `adapter_config.json`), resumed, and folded in by `qtrain merge`. With tied embeddings each listed module is a copy of its own, as in PEFT (its default `ensure_weight_tying: false`): listing both trains two copies that drift apart, and `qtrain merge` then writes `lm_head.weight` apart with `tie_word_embeddings: false`. Any other module is refused. With `lora_model_dir`, the adapter's copies load and entries it lacks start from the base. See MODELS.md.)md",
+       R"md(PEFT's `modules_to_save`: `embed_tokens`, `lm_head` and norms trained in full beside the adapters; an entry names every module whose path ends with it, as in PEFT (`norm` names every norm of the model, `input_layernorm` each layer's, `model.layers.0.input_layernorm` one). They train as float32 copies of the base's (used in the compute dtype) that the same optimizer, learning rate, clipping and weight decay train. Saved in the adapter as PEFT saves them (`base_model.model.model.embed_tokens.weight`, `base_model.model.lm_head.weight`, `base_model.model.model.layers.0.input_layernorm.weight`; `modules_to_save` in `adapter_config.json`), resumed, and folded in by `qtrain merge`. With tied embeddings each listed module is a copy of its own, as in PEFT (its default `ensure_weight_tying: false`): listing both trains two copies that drift apart, and `qtrain merge` then writes `lm_head.weight` apart with `tie_word_embeddings: false`. Any other module is refused. With `lora_model_dir`, the adapter's copies load and entries it lacks start from the base. See MODELS.md.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.lora_modules_to_save = r.module_names(key);
          r.guard({key}, [&] {
            for (const std::string& m : c.lora_modules_to_save) {
-             if (!lora::LoraConfig::ends_with_component(m, "embed_tokens") &&
-                 !lora::LoraConfig::ends_with_component(m, "lm_head")) {
-               fail(r.place_of(key),
-                    key,
-                    "names '" + m +
-                        "'; qtrain trains the token embeddings and the output head in full (embed_tokens, lm_head) and "
-                        "no "
-                        "other module");
+             if (!lora::LoraConfig::names_trainable_in_full(m)) {
+               fail(r.place_of(key), key, "names '" + m + "'; " + lora::LoraConfig::kTrainableInFull);
              }
            }
          });
@@ -197,7 +191,7 @@ std::vector<RunConfigKey> lora_keys() {
        R"md(list of patterns)md",
        R"md(`[]`)md",
        "axolotl",
-       R"md(Base parameters to train in full, as axolotl writes them: regular expressions in which `.` is literal unless `+` follows, matched from the start of a parameter's name, each optionally ending in a row range (`[32000:]`, `[:100]`, `[5]`) outside which the gradient stays zero. qtrain matches the base's names (`model.embed_tokens.weight`, `lm_head.weight`) and peft's (`base_model.model.…`; axolotl under an adapter sees only these, so base-name patterns match nothing there and it freezes everything, LoRA included). What matches trains as `lora_modules_to_save` does and is saved so in the adapter: the token embeddings and the output head only; a linear weight, a norm, a bias or a router that matches is refused by name, and a pattern matching nothing is reported in the run log (the adapters train as usual).)md",
+       R"md(Base parameters to train in full, as axolotl writes them: regular expressions in which `.` is literal unless `+` follows, matched from the start of a parameter's name, each optionally ending in a row range (`[32000:]`, `[:100]`, `[5]`) outside which the gradient stays zero. qtrain matches the base's names (`model.embed_tokens.weight`, `lm_head.weight`) and peft's (`base_model.model.…`; axolotl under an adapter sees only these, so base-name patterns match nothing there and it freezes everything, LoRA included). What matches trains as `lora_modules_to_save` does and is saved so in the adapter (its module path joins `modules_to_save`): the token embeddings, the output head and the norms (a row range only on the first two); a linear weight, a bias or a router that matches is refused by name, with why, and a pattern matching nothing is reported in the run log (the adapters train as usual).)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.unfrozen_parameters = r.strings(key, "[^lm_head.weight$, ^model.embed_tokens.weight$[32000:]]");
        },

@@ -231,7 +231,7 @@ std::vector<RunConfigKey> optimisation_keys() {
        R"md(number >= 0)md",
        R"md(`0.0`)md",
        "axolotl",
-       R"md(AdamW's decoupled weight decay, applied to every trained tensor (LoRA's, DoRA's magnitudes, the modules trained in full), as the HF Trainer applies it to them.)md",
+       R"md(AdamW's decoupled weight decay, applied to every trained tensor (LoRA's, DoRA's magnitudes, the embeddings and head trained in full) but the norms trained in full, as the HF Trainer applies it (its `get_decay_parameter_names` leaves norms out).)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.weight_decay = r.number(key, c.weight_decay, at_least(0), "use 0 (none) or a positive decay, e.g. 0.01");
        },

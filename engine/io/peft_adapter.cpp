@@ -473,9 +473,7 @@ void save_peft_adapter(const fs::path& dir,
     if (!adapted_path(module, config).parameter) suffixes.insert(last_component(module));
   }
   for (const auto& [module, weight] : saved_modules) {
-    TORCH_CHECK(std::any_of(config.modules_to_save.begin(),
-                            config.modules_to_save.end(),
-                            [&](const std::string& e) { return lora::LoraConfig::ends_with_component(module, e); }),
+    TORCH_CHECK(config.saves_module(module),
                 where,
                 ": module '",
                 module,
@@ -619,11 +617,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
     if (!is_a && !is_b && key.ends_with(".weight")) {
       const size_t prefix = std::string_view(kPeftKeyPrefix).size();
       const std::string module = key.substr(prefix, key.size() - prefix - std::string_view(".weight").size());
-      const bool saved =
-          std::any_of(config.modules_to_save.begin(), config.modules_to_save.end(), [&](const std::string& e) {
-            return lora::LoraConfig::ends_with_component(module, e);
-          });
-      if (saved) {
+      if (config.saves_module(module)) {
         loaded.saved_modules[module] = trainable_fp32(file, key).detach();
         continue;
       }
@@ -645,7 +639,7 @@ LoadedAdapter load_peft_adapter(const fs::path& dir) {
   for (const std::string& entry : config.modules_to_save) {
     TORCH_CHECK(std::any_of(loaded.saved_modules.begin(),
                             loaded.saved_modules.end(),
-                            [&](const auto& m) { return lora::LoraConfig::ends_with_component(m.first, entry); }),
+                            [&](const auto& m) { return lora::LoraConfig::saved_module_entry_names(entry, m.first); }),
                 weights_where,
                 ": \"modules_to_save\" in ",
                 config_where,

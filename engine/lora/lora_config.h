@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -53,10 +54,28 @@ struct LoraConfig {
   std::vector<std::pair<std::string, int64_t>> rank_pattern;
   std::vector<std::pair<std::string, double>> alpha_pattern;
   // PEFT's modules_to_save (axolotl's lora_modules_to_save): modules trained in full beside the
-  // adapters, as trainable copies saved in the adapter. qtrain trains the token embeddings and
-  // the output head so ("embed_tokens", "lm_head", or a dotted suffix of their paths); see Note
-  // [Modules trained in full] in engine/model/saved_modules.h.
+  // adapters, as trainable copies saved in the adapter. qtrain trains the token embeddings, the
+  // output head and the norms so; an entry names every module whose path ends with it (peft's
+  // rule: "norm" names them all, "model.layers.0.input_layernorm" one). See Note [Modules
+  // trained in full] in engine/model/saved_modules.h.
   std::vector<std::string> modules_to_save;
+  static bool saved_module_entry_names(const std::string& entry, const std::string& module_path) {
+    return !entry.empty() && module_path.ends_with(entry);
+  }
+  // Whether a modules_to_save entry can name what qtrain trains in full: the embeddings, the head
+  // or norms (its last component holds "norm"); which modules it names, the model decides.
+  static bool names_trainable_in_full(const std::string& entry) {
+    const std::string last = entry.substr(entry.rfind('.') + 1);
+    return entry.ends_with("embed_tokens") || entry.ends_with("lm_head") || last.find("norm") != std::string::npos;
+  }
+  static constexpr const char* kTrainableInFull =
+      "qtrain trains the token embeddings, the output head and the norms in full (embed_tokens, lm_head, "
+      "input_layernorm, norm, ...) and no other module";
+  bool saves_module(const std::string& module_path) const {
+    return std::any_of(modules_to_save.begin(), modules_to_save.end(), [&](const std::string& entry) {
+      return saved_module_entry_names(entry, module_path);
+    });
+  }
 
   // alpha / r, or alpha / sqrt(r) with rsLoRA (PEFT computes both in double, as here).
   double scaling() const { return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / r; }
@@ -156,12 +175,7 @@ struct LoraConfig {
                   "' is not a module name; use a name such as q_proj or a dotted suffix such as self_attn.q_proj");
     }
     for (const std::string& entry : modules_to_save) {
-      TORCH_CHECK(ends_with_component(entry, "embed_tokens") || ends_with_component(entry, "lm_head"),
-                  where,
-                  ": modules_to_save names '",
-                  entry,
-                  "'; qtrain trains the token embeddings and the output head in full (embed_tokens, lm_head) and "
-                  "no other module");
+      TORCH_CHECK(names_trainable_in_full(entry), where, ": modules_to_save names '", entry, "'; ", kTrainableInFull);
     }
     if (!target_modules_regex.empty()) {
       const std::string problem = regex_problem(target_modules_regex);

@@ -468,12 +468,16 @@ std::vector<at::Tensor> CausalLM::trainable_parameters() const {
   for (const auto* t : {&trained_embed_, &trained_head_}) {
     if (t->defined()) params.push_back(*t);
   }
+  // The layers' trained norms came with their layers.
+  if (const auto final = trained_norms_.find(config_.weight_prefix + "norm"); final != trained_norms_.end()) {
+    params.push_back(final->second);
+  }
   return params;
 }
 
 namespace {
 
-void check_trained(const at::Tensor& w, const at::Tensor& frozen, const at::Device& device, const char* what) {
+void check_trained(const at::Tensor& w, const at::Tensor& frozen, const at::Device& device, const std::string& what) {
   TORCH_CHECK(!w.defined() || (w.scalar_type() == at::kFloat && w.sizes() == frozen.sizes() && w.device() == device &&
                                w.is_leaf() && w.requires_grad()),
               "the trained ",
@@ -496,6 +500,32 @@ void CausalLM::set_trained_embed_tokens(const at::Tensor& weight) {
 void CausalLM::set_trained_lm_head(const at::Tensor& weight) {
   check_trained(weight, lm_head_, device_, "lm_head");
   trained_head_ = weight;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> CausalLM::norm_weights() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& layer : layers_) {
+    const std::string prefix = config_.weight_prefix + "layers." + std::to_string(layer.index) + ".";
+    for (const auto& [name, weight] : layer.norms()) out.emplace_back(prefix + name, *weight);
+  }
+  out.emplace_back(config_.weight_prefix + "norm", norm_);
+  return out;
+}
+
+void CausalLM::set_trained_norm(const std::string& module, const at::Tensor& weight) {
+  at::Tensor* slot = module == config_.weight_prefix + "norm" ? &norm_ : nullptr;
+  for (auto& layer : layers_) {
+    const std::string prefix = config_.weight_prefix + "layers." + std::to_string(layer.index) + ".";
+    if (slot != nullptr || !module.starts_with(prefix)) continue;
+    for (auto& [name, w] : layer.norms()) {
+      if (prefix + name == module) slot = w;
+    }
+  }
+  TORCH_CHECK(slot != nullptr, "set_trained_norm: this model has no norm ", module);
+  TORCH_CHECK(weight.defined(), "set_trained_norm: no weight for ", module);
+  check_trained(weight, *slot, device_, module);
+  *slot = weight;
+  trained_norms_[module] = weight;
 }
 
 void CausalLM::set_embeddings(const at::Tensor& embed, const at::Tensor& head) {

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -79,7 +82,8 @@ class CausalLM {
                                           const at::Tensor& labels,
                                           int64_t predicted_tokens = -1) const;
 
-  // Every LoRA tensor of the model, layer by layer, then the modules trained in full.
+  // Every trainable tensor of the model: each layer's (its LoRA tensors and norms trained in
+  // full), then the embeddings, the head and the final norm trained in full.
   std::vector<at::Tensor> trainable_parameters() const;
 
   // The token embeddings and the output head trained in full (PEFT's modules_to_save; Note
@@ -91,6 +95,15 @@ class CausalLM {
   // clears it with an undefined tensor.
   void set_trained_embed_tokens(const at::Tensor& weight);
   void set_trained_lm_head(const at::Tensor& weight);
+  // The model's norm weights by module path ("model.layers.0.input_layernorm", ...,
+  // "model.norm"), in layer order, the final norm last.
+  std::vector<std::pair<std::string, at::Tensor>> norm_weights() const;
+  // The norms trained in full (modules_to_save), by module path: float32 trainable leaves that
+  // the layers compute with in place of the frozen weights (which they replace).
+  const std::map<std::string, at::Tensor>& trained_norms() const { return trained_norms_; }
+  // Trains the norm at `module` (a path norm_weights names) in full from `weight`, a float32 leaf
+  // of its shape on the model's device (checked).
+  void set_trained_norm(const std::string& module, const at::Tensor& weight);
   // Replaces the frozen embeddings and head with [V', H] ones of their dtype and device (`head`
   // the same tensor as `embed` on a model with tied embeddings); vocab_size becomes V'. Only
   // before trained copies are set (engine/model/resize_embeddings.h).
@@ -110,6 +123,7 @@ class CausalLM {
   at::Tensor lm_head_;                       // [V, H]; the embedding itself when tied
   at::Tensor embed_scale_;                   // Gemma: sqrt(H) in the compute dtype; undefined otherwise
   at::Tensor trained_embed_, trained_head_;  // float32 [V, H] leaves, or undefined
+  std::map<std::string, at::Tensor> trained_norms_;
   at::Tensor inv_freq_;
   at::Tensor sliding_inv_freq_;  // Gemma 3's sliding layers; undefined otherwise
   std::vector<DecoderLayer> layers_;

@@ -110,7 +110,33 @@ auto linears_of(Layer& layer, bool experts) {
   return out;
 }
 
+// The norm weights of `layer` (const or not), named as transformers names their modules.
+template <typename Layer>
+auto norms_of(Layer& layer) {
+  std::vector<std::pair<std::string, decltype(&layer.input_norm)>> out = {
+      {"input_layernorm", &layer.input_norm}, {"post_attention_layernorm", &layer.post_attn_norm}};
+  auto add = [&](const char* name, auto& weight) {
+    if (weight && weight->defined()) out.emplace_back(name, &*weight);
+  };
+  add("pre_feedforward_layernorm", layer.pre_ff_norm);
+  add("post_feedforward_layernorm", layer.post_ff_norm);
+  add("self_attn.q_norm", layer.q_norm);
+  add("self_attn.k_norm", layer.k_norm);
+  add("post_feedforward_layernorm_1", layer.post_ff_norm_1);
+  add("pre_feedforward_layernorm_2", layer.pre_ff_norm_2);
+  add("post_feedforward_layernorm_2", layer.post_ff_norm_2);
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, const at::Tensor*>> DecoderLayer::norms() const {
+  return norms_of(*this);
+}
+
+std::vector<std::pair<std::string, at::Tensor*>> DecoderLayer::norms() {
+  return norms_of(*this);
+}
 
 std::vector<const LinearLayer*> DecoderLayer::linears() const {
   return linears_of(*this, false);
@@ -162,6 +188,9 @@ std::vector<at::Tensor> DecoderLayer::trainable_parameters() const {
         params.push_back((*l)->stacked.b);
       }
     }
+  }
+  for (const auto& [name, weight] : norms()) {
+    if (weight->requires_grad()) params.push_back(*weight);  // trained in full
   }
   return params;
 }

@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -130,10 +132,16 @@ struct DecoderLayer {
   // expert's gate_up and down (expert by expert). What offload moves and what the weight bytes count.
   std::vector<const LinearLayer*> weight_linears() const;
   std::vector<LinearLayer*> weight_linears();
-  // The trainable tensors of this layer (LoRA A and B of every adapted linear), in a fixed order.
+  // The trainable tensors of this layer (LoRA A and B of every adapted linear, DoRA magnitudes,
+  // then the norms trained in full), in a fixed order: what a checkpointed layer differentiates.
   std::vector<at::Tensor> trainable_parameters() const;
   // The dense MLP's: LoRA A and B of gate, up and down where adapted.
   std::vector<at::Tensor> mlp_parameters() const;
+  // The layer's norm weights it has, by module name under the layer as transformers names them
+  // ("input_layernorm", "self_attn.q_norm", ...): what modules_to_save and unfrozen_parameters
+  // can train in full (Note [Modules trained in full]).
+  std::vector<std::pair<std::string, const at::Tensor*>> norms() const;
+  std::vector<std::pair<std::string, at::Tensor*>> norms();
 };
 
 }  // namespace qtrain::engine::model

@@ -121,6 +121,7 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
       untied.emplace_back("lm_head.weight", head.detach().to(dtype).contiguous());
     }
   }
+  for (const auto& [module, weight] : lm.trained_norms()) weights[module + ".weight"] = weight.detach();
   for (const auto& [name, w] : weights) {
     TORCH_CHECK(folder.contains(name),
                 folder.dir().string(),

@@ -16,7 +16,7 @@ namespace qtrain::engine::model {
 
 // Every tensor of `folder` in its order, in `dtype` where it is a float: each linear, router and
 // expert weight as W + scaling * B @ A (computed in float32 from the dequantized base, rounded
-// once), the embeddings and head trained in full as trained, other tensors as stored. A
+// once), the embeddings, head and norms trained in full as trained, other tensors as stored. A
 // pre-quantized base's bitsandbytes state is dropped with its weight. Where the embeddings are
 // tied and one of the two was trained, lm_head.weight follows as a tensor of its own.
 std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,

@@ -72,6 +72,13 @@ Unfrozen unfrozen_parameters(const CausalLM& model,
   for (const auto& layer : model.layers()) {
     for (const auto* l : layer.weight_linears()) linears.push_back(l->name + ".weight");
   }
+  std::vector<std::string> norms;  // module paths
+  for (const auto& [module, weight] : model.norm_weights()) norms.push_back(module);
+  auto save = [&](const std::string& module) {
+    if (std::find(out.modules_to_save.begin(), out.modules_to_save.end(), module) == out.modules_to_save.end()) {
+      out.modules_to_save.push_back(module);
+    }
+  };
   for (const std::string& raw : patterns) {
     const Pattern p = parse(raw, where);
     bool matched = false;
@@ -80,10 +87,7 @@ Unfrozen unfrozen_parameters(const CausalLM& model,
       matched = true;
       const bool is_embed = name == embed, is_head = name == head;
       if (is_embed || is_head) {
-        const std::string module = is_embed ? "embed_tokens" : "lm_head";
-        if (std::find(out.modules_to_save.begin(), out.modules_to_save.end(), module) == out.modules_to_save.end()) {
-          out.modules_to_save.push_back(module);
-        }
+        save(is_embed ? "embed_tokens" : "lm_head");
         if (p.range) {
           const int64_t rows = model.config().vocab_size;
           const int64_t last = p.range->second.value_or(rows);
@@ -102,7 +106,20 @@ Unfrozen unfrozen_parameters(const CausalLM& model,
         }
         continue;
       }
+      const std::string module = name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+      if (std::find(norms.begin(), norms.end(), module) != norms.end()) {
+        TORCH_CHECK(!p.range,
+                    where,
+                    ": unfrozen_parameters entry '",
+                    raw,
+                    "' gives a row range for the norm ",
+                    name,
+                    "; row ranges apply to the token embeddings and the output head: drop the range");
+        save(module);
+        continue;
+      }
       const bool linear = std::find(linears.begin(), linears.end(), name) != linears.end();
+      const bool bias = name.ends_with(".bias");
       TORCH_CHECK(false,
                   where,
                   ": unfrozen_parameters entry '",
@@ -111,12 +128,17 @@ Unfrozen unfrozen_parameters(const CausalLM& model,
                   name,
                   linear ? ", a linear weight of the base, which qtrain keeps quantized (or ready to stream) and "
                            "trains through its LoRA adapter only"
-                         : ", which qtrain cannot train in full yet (norms, biases and routers stay frozen)",
-                  "; qtrain trains the token embeddings and the output head in full (",
+                  : bias ? ", a bias, which stays frozen: peft's adapter format saves trained biases only all "
+                           "together (bias: all), which qtrain does not train"
+                         : ", which stays frozen (a router trains through its LoRA: lora_target_linear or "
+                           "lora_target_parameters)",
+                  "; qtrain trains the token embeddings, the output head and the norms in full (",
                   embed,
                   ", ",
                   head,
-                  "): narrow the pattern to those, or remove it");
+                  ", ",
+                  norms.front(),
+                  ".weight, ...): narrow the pattern to those, or remove it");
     }
     if (!matched) out.unmatched.push_back(raw);
   }

@@ -11,11 +11,13 @@
 // and axolotl freezes every parameter, LoRA included. qtrain matches each pattern against the
 // base's names (transformers', e.g. "model.embed_tokens.weight") and against peft's, and keeps
 // the adapters trained. What matches must be a parameter qtrain trains in full: the token
-// embeddings or the output head, which train as modules_to_save do (Note [Modules trained in
-// full]: a float32 copy, saved in the adapter, which peft then loads), a row range zeroing the
-// other rows' gradient as axolotl's hook does. A linear weight of the base (quantized, or held
-// for streaming) and the norms, biases and routers are refused by name; a pattern that matches
-// nothing is reported, as axolotl's "all parameters are frozen" would not say which.
+// embeddings, the output head or a norm, which train as modules_to_save do (Note [Modules
+// trained in full]: a float32 copy, saved in the adapter under the module's path in
+// modules_to_save, which peft then loads), a row range zeroing the other rows' gradient as
+// axolotl's hook does (on the embeddings and head only). A linear weight of the base (quantized,
+// or held for streaming), a bias (peft's format saves trained biases only all together, its
+// bias="all") and a router (trained through its LoRA) are refused by name; a pattern that
+// matches nothing is reported, as axolotl's "all parameters are frozen" would not say which.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +34,7 @@ namespace qtrain::engine::model {
 using RowRange = std::pair<int64_t, int64_t>;
 
 struct Unfrozen {
-  std::vector<std::string> modules_to_save;  // "embed_tokens" and / or "lm_head"
+  std::vector<std::string> modules_to_save;  // "embed_tokens", "lm_head", norms' module paths
   // Per trained module ("embed_tokens", "lm_head"): the rows that train; empty: all.
   std::vector<RowRange> embed_rows, head_rows;
   std::vector<std::string> unmatched;  // the patterns that name no parameter

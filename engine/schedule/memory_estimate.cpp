@@ -175,8 +175,8 @@ struct TrainedInFull {
 TrainedInFull trained_in_full(const model::ModelConfig& c, const lora::LoraConfig& lora) {
   TrainedInFull t;
   for (const std::string& m : lora.modules_to_save) {
-    t.embed_tokens |= lora::LoraConfig::ends_with_component(model::embed_tokens_module(c), m);
-    t.lm_head |= lora::LoraConfig::ends_with_component(model::kLmHeadModule, m);
+    t.embed_tokens |= lora::LoraConfig::saved_module_entry_names(m, model::embed_tokens_module(c));
+    t.lm_head |= lora::LoraConfig::saved_module_entry_names(m, model::kLmHeadModule);
   }
   return t;
 }

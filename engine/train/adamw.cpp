@@ -31,8 +31,9 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options) : Optimizer(s
 // (_foreach_*) operators: on CUDA a few launches per step instead of seven per parameter (issue
 // 26), on the CPU a loop over the same per-tensor kernels. The per-parameter scalars (weight
 // decay factor and step size, which LoRA+ makes differ) go as scalar lists, computed in double
-// as before. Each element sees the same operations with the same scalars in the same order, so
-// the results are those of the per-tensor loop, bit for bit (AdamW.* holds them against torch's
+// as before (a parameter exempt from weight decay is multiplied by 1, which changes no bit, as
+// torch's group without decay skips the product). Each element sees the same operations with the same scalars in the
+// same order, so the results are those of the per-tensor loop, bit for bit (AdamW.* holds them against torch's
 // single-tensor path).
 void AdamW::step(double lr) {
   check_step(lr, "AdamW");
@@ -54,7 +55,7 @@ void AdamW::step(double lr) {
     grads.push_back(grad);
     exp_avg.push_back(exp_avg_[i]);
     exp_avg_sq.push_back(exp_avg_sq_[i]);
-    decay.emplace_back(1 - lr_i * options_.weight_decay);
+    decay.emplace_back(1 - lr_i * weight_decay_of(i));
     step_size.emplace_back(-(lr_i / bias_correction1));
   }
   if (params.empty()) return;

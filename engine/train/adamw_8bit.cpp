@@ -70,7 +70,6 @@ void AdamW8bit::step(double step_lr) {
   const double beta1 = options_.beta1;
   const double beta2 = options_.beta2;
   const double eps = options_.eps;
-  const double weight_decay = options_.weight_decay;
   const double correction1 = 1.0 - std::pow(beta1, step);
   const double correction2 = std::sqrt(1.0 - std::pow(beta2, step));
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -78,6 +77,7 @@ void AdamW8bit::step(double step_lr) {
     const auto& grad = param.grad();
     if (!grad.defined()) continue;
     const double lr = lr_of(i, step_lr);
+    const double weight_decay = weight_decay_of(i);
     auto& s = state_[i];
     if (!is_8bit(i)) {
       s.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);

@@ -19,6 +19,7 @@
 #include "engine/io/sha256.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/merged_weights.h"
+#include "engine/model/saved_modules.h"
 #include "engine/train/run_model.h"
 
 namespace qtrain::engine::train {
@@ -267,8 +268,9 @@ void write_gguf_adapter(
   const auto& lm = *run.lm;
   const auto& mc = lm.config();
   const std::string arch = gguf_architecture(mc);
-  TORCH_CHECK(!lm.trained_embed_tokens().defined() && !lm.trained_lm_head().defined(),
-              "export-gguf --adapter-only: the adapter trains the embeddings or the head in full (modules_to_save), "
+  TORCH_CHECK(model::saved_modules(lm).empty(),
+              "export-gguf --adapter-only: the adapter trains modules in full (modules_to_save: embeddings, head or "
+              "norms), "
               "which a GGUF LoRA file cannot hold; export the merged model (without --adapter-only)");
   io::GgufWriter w;
   w.add_string("general.architecture", arch);

@@ -45,6 +45,16 @@ void Optimizer::set_lr_scales(std::vector<double> scales) {
   lr_scales_ = std::move(scales);
 }
 
+void Optimizer::set_decay_exempt(std::vector<bool> exempt) {
+  TORCH_CHECK(exempt.empty() || exempt.size() == params_.size(),
+              "set_decay_exempt: ",
+              exempt.size(),
+              " flags for ",
+              params_.size(),
+              " parameters");
+  decay_exempt_ = std::move(exempt);
+}
+
 Optimizer::Optimizer(std::vector<at::Tensor> params, AdamWOptions options, const char* who)
     : params_(std::move(params)), options_(options) {
   const double inf = INFINITY;

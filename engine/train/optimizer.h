@@ -52,6 +52,9 @@ class Optimizer {
   // own lr under one schedule (LoRA+: lora_B at loraplus_lr_ratio times the rest). One per
   // parameter, each > 0; empty (the default): 1 for all.
   void set_lr_scales(std::vector<double> scales);
+  // Per-parameter exemption from weight decay, as transformers' Trainer exempts the norms (and
+  // biases) by name (get_decay_parameter_names). One per parameter; empty (the default): none.
+  void set_decay_exempt(std::vector<bool> exempt);
   // Sets every parameter's grad to undefined (torch's zero_grad(set_to_none=True)).
   void zero_grad();
   // Updates done so far.
@@ -84,9 +87,14 @@ class Optimizer {
 
   // The learning rate of parameter i in a step whose rate is `lr` (see set_lr_scales).
   double lr_of(size_t i, double lr) const { return lr_scales_.empty() ? lr : lr * lr_scales_[i]; }
+  // The weight decay of parameter i (see set_decay_exempt).
+  double weight_decay_of(size_t i) const {
+    return !decay_exempt_.empty() && decay_exempt_[i] ? 0.0 : options_.weight_decay;
+  }
 
   std::vector<at::Tensor> params_;
   std::vector<double> lr_scales_;
+  std::vector<bool> decay_exempt_;
   AdamWOptions options_;
   int64_t step_ = 0;
 };

@@ -50,16 +50,16 @@ namespace fs = std::filesystem;
 namespace {
 
 // LoRA+ (peft's create_loraplus_optimizer): every lora_B (the linears', the routers' and the
-// experts') at `ratio` times the learning rate; lora_A and the modules trained in full at 1 (peft
-// puts a ModulesToSaveWrapper's weight in its first group, beside lora_A).
+// experts') and every 1-D parameter (DoRA's magnitudes, the norms trained in full) at `ratio`
+// times the learning rate; lora_A and the embeddings and head trained in full at 1 (peft puts a
+// ModulesToSaveWrapper's 2-D weight in its first group, beside lora_A).
 std::vector<double> loraplus_lr_scales(const model::CausalLM& lm, const std::vector<at::Tensor>& params, double ratio) {
   std::set<const void*> b;
-  // peft's create_loraplus_optimizer puts lora_B and every 1-D parameter (DoRA's magnitudes) at
-  // the ratio.
   for (const auto& [module, adapter] : model::lora_adapters(lm)) {
     b.insert(adapter.b.unsafeGetTensorImpl());
     if (adapter.magnitude.defined()) b.insert(adapter.magnitude.unsafeGetTensorImpl());
   }
+  for (const auto& [module, weight] : lm.trained_norms()) b.insert(weight.unsafeGetTensorImpl());
   std::vector<double> scales;
   for (const auto& p : params) scales.push_back(b.count(p.unsafeGetTensorImpl()) != 0 ? ratio : 1.0);
   return scales;
@@ -248,7 +248,11 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   for (const auto& [key, alpha] : lora.alpha_pattern) {
     patterns += ", alpha " + c10::str(alpha) + " for " + key;
   }
-  for (const auto& [module, weight] : model::saved_modules(lm)) patterns += ", " + module + " trained in full";
+  for (const auto& [module, weight] : model::saved_modules(lm)) {
+    if (!lm.trained_norms().count(module)) patterns += ", " + module + " trained in full";
+  }
+  if (!lm.trained_norms().empty())
+    patterns += ", " + std::to_string(lm.trained_norms().size()) + " norm(s) trained in full";
   std::fprintf(out,
                "lora: r %lld, alpha %g%s%s%s, %zu tensors, %lld trainable parameters\n",
                static_cast<long long>(lora.r),
@@ -306,6 +310,16 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
 
   const auto optimizer = make_optimizer(
       c.optimizer, params, AdamWOptions{c.learning_rate, c.adam_beta1, c.adam_beta2, c.adam_epsilon, c.weight_decay});
+  if (!lm.trained_norms().empty() && c.weight_decay != 0) {
+    // transformers' Trainer decays no norm (get_decay_parameter_names).
+    std::vector<bool> exempt;
+    for (const auto& p : params) {
+      exempt.push_back(std::any_of(lm.trained_norms().begin(), lm.trained_norms().end(), [&](const auto& norm) {
+        return norm.second.is_same(p);
+      }));
+    }
+    optimizer->set_decay_exempt(std::move(exempt));
+  }
   std::string loraplus;
   if (c.loraplus_lr_ratio) {
     optimizer->set_lr_scales(loraplus_lr_scales(lm, params, *c.loraplus_lr_ratio));

@@ -9,11 +9,11 @@ soft-caps small enough to bite, Gemma 3's local rope and linearly scaled global 
 under --out/<arch>/:
   base/                     the tiny random model (transformers save_pretrained, float32)
   adapter/                  a PEFT LoRA adapter on all linear layers, with random A and B
-  adapter_saved/            (llama, qwen3) the same with modules_to_save ["embed_tokens", "lm_head"],
-                            the trained copies moved off the base (qwen3's tied embedding into two
-                            copies); reference.safetensors' saved.logits, saved.loss and
-                            saved.grad.<module>[.lora_A|.lora_B] (model.embed_tokens, lm_head too)
-                            are for it, float32
+  adapter_saved/            (llama, qwen3) the same with modules_to_save: the embeddings, the head
+                            and norms (SAVED_MODULES), the trained copies moved off the base
+                            (qwen3's tied embedding into two copies); reference.safetensors'
+                            saved.logits, saved.loss and saved.grad.<module>[.lora_A|.lora_B]
+                            (model.embed_tokens, lm_head, the norms too) are for it, float32
   adapter_dora/             (llama, qwen2) a DoRA adapter (use_dora) on every linear layer, random
                             B and magnitudes off the row norms; reference.safetensors'
                             dora.<quant>.logits, .loss and .grad.<module>.lora_A|lora_B|
@@ -138,8 +138,8 @@ def make_arch(arch, root):
             if "lora_B" in name:
                 p.normal_(0, 0.05)
     peft_model.save_pretrained(adapter_dir)
-    if arch in SAVED_MODULES_ARCHS:
-        saved_modules_adapter(base_dir, os.path.join(root, "adapter_saved"))
+    if arch in SAVED_MODULES:
+        saved_modules_adapter(base_dir, os.path.join(root, "adapter_saved"), SAVED_MODULES[arch])
     if arch in DORA_ARCHS:
         dora_adapter(base_dir, os.path.join(root, "adapter_dora"))
 
@@ -164,7 +164,7 @@ def make_arch(arch, root):
                                                   is_trainable=True)
             for k, v in run(with_dora, ids, labels, train=True).items():
                 tensors[f"dora.{quant}.{k}"] = v
-    if arch in SAVED_MODULES_ARCHS:
+    if arch in SAVED_MODULES:
         with_saved = PeftModel.from_pretrained(load(base_dir, "fp32"), os.path.join(root, "adapter_saved"),
                                                is_trainable=True)
         for k, v in run(with_saved, ids, labels, train=True).items():
@@ -172,18 +172,21 @@ def make_arch(arch, root):
     return tensors
 
 
-# Untied (llama) and tied (qwen3) embeddings for the adapter with modules trained in full.
-SAVED_MODULES_ARCHS = ("llama", "qwen3")
+# Untied (llama) and tied (qwen3) embeddings for the adapter with modules trained in full, with
+# norms named two ways: each layer's input_layernorm and the final norm by path (llama), and every
+# norm by peft's suffix rule, q_norm and k_norm included (qwen3).
+SAVED_MODULES = {"llama": ["embed_tokens", "lm_head", "input_layernorm", "model.norm"],
+                 "qwen3": ["embed_tokens", "lm_head", "norm"]}
 
 
-def saved_modules_adapter(base_dir, adapter_dir):
-    """A PEFT adapter with modules_to_save=["embed_tokens", "lm_head"] beside LoRA on every linear:
-    random B, and the trained copies moved off the base (on qwen3 the two copies of the tied
-    embedding each their own way), so that loading them is visible."""
+def saved_modules_adapter(base_dir, adapter_dir, modules_to_save):
+    """A PEFT adapter with modules_to_save beside LoRA on every linear: random B, and the trained
+    copies moved off the base (on qwen3 the two copies of the tied embedding each their own way),
+    so that loading them is visible."""
     torch.manual_seed(11)
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     peft_model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=TARGETS,
-                                                  modules_to_save=["embed_tokens", "lm_head"]))
+                                                  modules_to_save=modules_to_save))
     with torch.no_grad():
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:

@@ -38,15 +38,34 @@ TEST_F(UnfrozenParameters, TheEmbeddingsAndTheHeadTrainByTheirBaseOrPeftNamesWit
   EXPECT_EQ(unfrozen({"^lm_head.weight[3]"}).head_rows, (std::vector<RowRange>{{3, 4}}));
 }
 
+// Norms train by their module paths, which join modules_to_save (peft's suffix rule then names
+// just them).
+TEST_F(UnfrozenParameters, NormsTrainByTheirModulePaths) {
+  const auto u = unfrozen({"^model.layers.+.input_layernorm", "^model.norm.weight$", "^model.layers.1.post_attention"});
+  EXPECT_EQ(u.modules_to_save,
+            (std::vector<std::string>{"model.layers.0.input_layernorm",
+                                      "model.layers.1.input_layernorm",
+                                      "model.layers.2.input_layernorm",
+                                      "model.norm",
+                                      "model.layers.1.post_attention_layernorm"}));
+  EXPECT_TRUE(u.unmatched.empty());
+}
+
 TEST_F(UnfrozenParameters, OtherParametersAreRefusedByNameWithWhy) {
   test::expect_error([&] { unfrozen({"^model.layers.0.self_attn.q_proj.weight"}); },
                      "run.yaml: unfrozen_parameters entry '^model.layers.0.self_attn.q_proj.weight' matches "
                      "model.layers.0.self_attn.q_proj.weight, a linear weight of the base");
-  test::expect_error([&] { unfrozen({"^model.norm"}); },
-                     "matches model.norm.weight, which qtrain cannot train in full yet (norms, biases and routers "
-                     "stay frozen)");
+  test::expect_error([&] { unfrozen({"^model.norm.weight[0:2]"}); },
+                     "gives a row range for the norm model.norm.weight; row ranges apply to the token embeddings "
+                     "and the output head");
   test::expect_error([&] { unfrozen({"^lm_head.weight[150:170]"}); },
                      "ends at row 170 but lm_head.weight has 160 rows");
+  const auto qwen2 = io::HfFolder::open(test::model_fixture("qwen2") / "base");
+  const auto biased = CausalLM::load(qwen2, {});
+  test::expect_error(
+      [&] { unfrozen_parameters(biased, qwen2.tensor_names(), {"^model.layers.0.self_attn.q_proj.bias"}, "run.yaml"); },
+      "matches model.layers.0.self_attn.q_proj.bias, a bias, which stays frozen: peft's adapter format saves trained "
+      "biases only all together");
 }
 
 // A row range keeps the other rows' gradient at zero, as axolotl's hook does.

@@ -197,6 +197,30 @@ TEST(AdamW, StateTensorsAreNamedTypedAndShapedForSaving) {
   EXPECT_EQ(state[5].second.count_nonzero().item<int64_t>(), 0);
 }
 
+// A parameter exempt from weight decay (a norm trained in full, as transformers' Trainer exempts
+// them) steps exactly as under weight_decay 0, in both optimizers; the others keep their decay.
+TEST(AdamW, DecayExemptParametersStepAsWithoutDecayBitwise) {
+  for (const std::string name : {"adamw_torch", "adamw_bnb_8bit"}) {
+    SCOPED_TRACE(name);
+    auto without = test_options();
+    without.weight_decay = 0;
+    auto exempt = make_optimizer(name, test_params(3), test_options());
+    exempt->set_decay_exempt({false, true, false});
+    auto decayed = make_optimizer(name, test_params(3), test_options());
+    auto plain = make_optimizer(name, test_params(3), without);
+    for (int64_t step = 0; step < 3; ++step) {
+      for (auto* o : {exempt.get(), decayed.get(), plain.get()}) {
+        set_test_grads(o->params(), step);
+        o->step(1e-2);
+      }
+    }
+    EXPECT_TRUE(bitwise_equal(exempt->params()[1].detach(), plain->params()[1].detach()));
+    EXPECT_FALSE(bitwise_equal(exempt->params()[1].detach(), decayed->params()[1].detach()));
+    EXPECT_TRUE(bitwise_equal(exempt->params()[0].detach(), decayed->params()[0].detach()));
+    expect_error([&] { exempt->set_decay_exempt({true}); }, "set_decay_exempt: 1 flags for 3 parameters");
+  }
+}
+
 TEST(AdamW, ParametersWithoutGradAreLeftAloneAndZeroGradUndefinesGrads) {
   auto params = test_params(2);
   const auto before = params[1].detach().clone();

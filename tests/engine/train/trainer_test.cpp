@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/io/remove_tree.h"
 #include "engine/train/run_state.h"
@@ -210,8 +211,8 @@ TEST_F(Trainer, ResumedRunEqualsUninterruptedRunBitwise) {
   }
 }
 
-// The embeddings and the head trained in full beside LoRA (PEFT's modules_to_save, read from a
-// peft adapter that has them): every step's loss follows transformers + peft's, with the copies
+// The embeddings, the head and norms trained in full beside LoRA (PEFT's modules_to_save, read
+// from a peft adapter that has them): every step's loss follows transformers + peft's, with the copies
 // in the same AdamW, clipping and schedule; and a run resumed from a checkpoint continues
 // bitwise, its copies included (tolerance as LossesMatchTransformersAndPeftForFloatAndNf4Bases).
 TEST_F(Trainer, ModulesTrainedInFullFollowPeftStepForStepAndResume) {
@@ -231,12 +232,43 @@ TEST_F(Trainer, ModulesTrainedInFullFollowPeftStepForStepAndResume) {
   ASSERT_EQ(b.size(), 12u);
   for (size_t i = 0; i < 12; ++i) EXPECT_EQ(ours[8 + i], b[i]) << "step " << 9 + i;
   const auto fa = io::load_peft_adapter(full.output_dir), fb = io::load_peft_adapter(resumed.output_dir);
-  ASSERT_EQ(fa.saved_modules.size(), 2u);
+  ASSERT_EQ(fa.saved_modules.size(), 6u);  // embeddings, head, three input_layernorm, model.norm
   for (const auto& [name, weight] : fa.saved_modules) {
     EXPECT_TRUE(test::bitwise_equal(weight, fb.saved_modules.at(name))) << name;
     // They trained: away from the copies the run started from.
     EXPECT_FALSE(at::equal(weight, io::load_peft_adapter(base / "adapter_saved").saved_modules.at(name))) << name;
   }
+}
+
+// unfrozen_parameters naming norms: they train in full beside the adapter (without weight decay,
+// as transformers' Trainer), are saved under their module paths in modules_to_save, and a run
+// continued from that adapter starts from them.
+TEST_F(Trainer, UnfrozenNormsTrainAndAreSavedUnderTheirPaths) {
+  const auto base = test::model_fixture("llama");
+  const auto run = train(config("unfrozen",
+                                {"unfrozen_parameters=[^model.norm.weight$, ^model.layers.+.input_layernorm]",
+                                 "weight_decay=0.1",
+                                 "max_steps=6"}));
+  const auto l = losses(run.output_dir);
+  ASSERT_EQ(l.size(), 6u);
+  EXPECT_LT(l.back(), l.front());
+  const auto saved = io::load_peft_adapter(run.output_dir);
+  const std::vector<std::string> paths = {"model.layers.0.input_layernorm",
+                                          "model.layers.1.input_layernorm",
+                                          "model.layers.2.input_layernorm",
+                                          "model.norm"};
+  std::vector<std::string> modules;
+  for (const auto& [module, weight] : saved.saved_modules) modules.push_back(module);
+  EXPECT_EQ(modules, paths);
+  const auto folder = io::HfFolder::open(base / "base");
+  for (const auto& path : paths) {
+    EXPECT_TRUE(saved.config.saves_module(path)) << path;
+    EXPECT_FALSE(at::equal(saved.saved_modules.at(path), folder.tensor(path + ".weight"))) << path << " trained";
+  }
+  EXPECT_FALSE(saved.config.saves_module("model.layers.0.post_attention_layernorm"));
+  const auto next = train(config("continued", {"lora_model_dir=" + run.output_dir.string(), "max_steps=1"}));
+  EXPECT_LT(losses(next.output_dir).front(), l.front());
+  EXPECT_EQ(io::load_peft_adapter(next.output_dir).saved_modules.size(), paths.size()) << "the norms carried on";
 }
 
 // DoRA (an adapter peft wrote with use_dora): every step's loss follows transformers + peft's on
