@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/io/bnb_checkpoint.h"
+#include "engine/lora/adapters_off.h"
 #include "ops/host_read.h"
 #include "ops/linear_dense.h"
 #include "ops/nn/cross_entropy.h"
@@ -555,11 +556,11 @@ void CausalLM::set_embeddings(const at::Tensor& embed, const at::Tensor& head) {
 }
 
 at::Tensor CausalLM::embed_weight() const {
-  return trained_embed_.defined() ? trained_embed_.to(dtype_) : embed_;
+  return trained_embed_.defined() && lora::adapters_on() ? trained_embed_.to(dtype_) : embed_;
 }
 
 at::Tensor CausalLM::head_weight() const {
-  return trained_head_.defined() ? trained_head_.to(dtype_) : lm_head_;
+  return trained_head_.defined() && lora::adapters_on() ? trained_head_.to(dtype_) : lm_head_;
 }
 
 }  // namespace qtrain::engine::model

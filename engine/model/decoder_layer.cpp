@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/lora/adapters_off.h"
 #include "ops/nn/attention.h"
 #include "ops/nn/rms_norm.h"
 
@@ -64,8 +65,8 @@ at::Tensor DecoderLayer::forward(const at::Tensor& h,
     if (moe) {
       // Gemma 4's experts beside the dense MLP (See Note [Gemma 4 decoder]).
       const auto flat = h1.reshape({-1, h1.size(-1)});
-      const auto routing =
-          gemma4_route(*moe->gemma4_router, flat, moe->router_lora ? &*moe->router_lora : nullptr, training);
+      const auto routing = gemma4_route(
+          *moe->gemma4_router, flat, moe->router_lora && lora::adapters_on() ? &*moe->router_lora : nullptr, training);
       if (inputs.router_logits != nullptr) inputs.router_logits->push_back(routing.logits);
       const auto experts = moe->experts.forward(norm(flat, *pre_ff_norm_2), routing, training).view(h1.sizes());
       ff = norm(ff, *post_ff_norm_1) + norm(experts, *post_ff_norm_2);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/lora/adapters_off.h"
 #include "ops/linear_4bit.h"
 #include "ops/linear_dense.h"
 
@@ -104,7 +105,7 @@ at::Tensor LinearLayer::forward(const at::Tensor& x, bool training) const {
   } else {
     y = ops::linear_int8(x, std::get<ops::Int8Weight>(weight), bias, quant.int8_compute, quant.int8_threshold);
   }
-  if (!lora) return y;
+  if (!lora || !lora::adapters_on()) return y;  // Note [Adapters off]
   if (lora->magnitude.defined()) return lora::dora_output(x, y, dense_weight(x.scalar_type()), bias, *lora, training);
   return y + lora::lora_delta(x, *lora, training);
 }

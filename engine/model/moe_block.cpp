@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/lora/adapters_off.h"
+
 namespace qtrain::engine::model {
 
 at::Tensor MoeBlock::forward(const at::Tensor& x,
@@ -12,7 +14,7 @@ at::Tensor MoeBlock::forward(const at::Tensor& x,
   const auto flat = x.reshape({-1, x.size(-1)});
   const auto routing = route_top_k(flat,
                                    router,
-                                   router_lora ? &*router_lora : nullptr,
+                                   router_lora && lora::adapters_on() ? &*router_lora : nullptr,  // Note [Adapters off]
                                    config.top_k,
                                    config.norm_topk_prob,
                                    config.fp32_routing_weights);

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include "engine/lora/adapters_off.h"
 #include "engine/model/grouped_expert_linear.h"
 #include "ops/host_read.h"
 
@@ -30,6 +31,7 @@ at::Tensor per_expert_outputs(const MoeExperts& ex,
   // One split (and one unbind per LoRA tensor): their backward assembles the experts' gradients
   // in one go, where a slice per expert would add E zero-filled [T*K, H] tensors.
   const auto blocks = rows.split_with_sizes(counts);
+  const bool on = lora::adapters_on();  // Note [Adapters off]
   const auto gate_up_loras = ex.gate_up_lora ? ex.gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
   const auto down_loras = ex.down_lora ? ex.down_lora->experts() : std::vector<lora::LoraAdapter>{};
   std::vector<at::Tensor> outputs;
@@ -37,10 +39,10 @@ at::Tensor per_expert_outputs(const MoeExperts& ex,
     if (counts[e] == 0) continue;
     const auto& block = blocks[e];
     auto gu = ex.gate_up[e].forward(block, training);
-    if (ex.gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_loras[e], training);
+    if (on && ex.gate_up_lora) gu = gu + lora::lora_delta(block, gate_up_loras[e], training);
     const auto h = activate(gu, ex.act);
     auto y = ex.down[e].forward(h, training);
-    if (ex.down_lora) y = y + lora::lora_delta(h, down_loras[e], training);
+    if (on && ex.down_lora) y = y + lora::lora_delta(h, down_loras[e], training);
     outputs.push_back(y);
   }
   return at::cat(outputs);
@@ -76,16 +78,17 @@ at::Tensor grouped_outputs(const MoeExperts& ex, const at::Tensor& rows, const s
     gate_up.push_back(&ex.gate_up[e]);
     down.push_back(&ex.down[e]);
   }
+  const bool on = lora::adapters_on();  // Note [Adapters off]
   at::Tensor touched_ids, offsets;
-  if (ex.gate_up_lora || ex.down_lora) {
+  if (on && (ex.gate_up_lora || ex.down_lora)) {
     touched_ids = at::tensor(touched, at::TensorOptions().dtype(at::kLong)).to(rows.device());
     offsets = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(rows.device());
   }
   auto gu = grouped_expert_linear(rows, touched_counts, gate_up);
-  if (ex.gate_up_lora) gu = gu + grouped_lora_delta(rows, *ex.gate_up_lora, touched_ids, offsets);
+  if (on && ex.gate_up_lora) gu = gu + grouped_lora_delta(rows, *ex.gate_up_lora, touched_ids, offsets);
   const auto h = activate(gu, ex.act);
   auto y = grouped_expert_linear(h, touched_counts, down);
-  if (ex.down_lora) y = y + grouped_lora_delta(h, *ex.down_lora, touched_ids, offsets);
+  if (on && ex.down_lora) y = y + grouped_lora_delta(h, *ex.down_lora, touched_ids, offsets);
   return y;
 }
 
