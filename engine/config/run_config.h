@@ -238,6 +238,11 @@ struct RunConfig {
   // Clip the gradient's global L2 norm to this; 0: no clipping.
   double max_grad_norm = 1.0;
 
+  // Preference tuning (engine/train/preference_loss.h): "dpo" or "ipo" (DPO's losses as TRL
+  // computes them); empty: supervised fine-tuning. rl_beta is TRL's beta.
+  std::string rl;
+  double rl_beta = 0.1;
+
   // --- memory, precision, device ---
   // Recompute layers in backward instead of keeping their activations.
   GradientCheckpointing gradient_checkpointing = GradientCheckpointing::every_layer;

@@ -10,7 +10,8 @@ namespace qtrain::engine::config {
 const std::vector<RunConfigKey>& run_config_table() {
   static const std::vector<RunConfigKey> table = [] {
     std::vector<RunConfigKey> all;
-    for (auto section : {model_keys, lora_keys, data_keys, optimisation_keys, memory_keys, output_keys}) {
+    for (auto section :
+         {model_keys, lora_keys, data_keys, optimisation_keys, preference_keys, memory_keys, output_keys}) {
       auto keys = section();
       all.insert(all.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
     }

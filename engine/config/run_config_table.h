@@ -45,6 +45,7 @@ std::vector<RunConfigKey> model_keys();
 std::vector<RunConfigKey> lora_keys();
 std::vector<RunConfigKey> data_keys();
 std::vector<RunConfigKey> optimisation_keys();
+std::vector<RunConfigKey> preference_keys();
 std::vector<RunConfigKey> memory_keys();
 std::vector<RunConfigKey> output_keys();
 

@@ -13,7 +13,6 @@
 #include "engine/text/regular_file.h"
 
 namespace qtrain::engine::data {
-namespace {
 
 std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key, const std::string& where) {
   const auto& v = row.at(key);
@@ -48,6 +47,8 @@ void check_ids(
                 "; was the data tokenized for another model?");
   }
 }
+
+namespace {
 
 // Note [Pre-tokenized attention_mask]
 // A row may carry the attention_mask its tokenizer wrote. Padding (mask 0) at the start or end of

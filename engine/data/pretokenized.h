@@ -30,6 +30,13 @@ int64_t for_each_jsonl_row(
     const std::filesystem::path& path,
     const std::function<void(const nlohmann::ordered_json& row, const std::string& where)>& visit);
 
+// row[key] as a list of integers; another type is an error that names `where` and the key.
+std::vector<int64_t> int_list(const nlohmann::ordered_json& row, const char* key, const std::string& where);
+// Each id in [0, vocab_size), or -100 where `ignore` allows it (labels); an error names `where`,
+// the key and the index.
+void check_ids(
+    const std::vector<int64_t>& ids, const char* key, int64_t vocab_size, bool ignore, const std::string& where);
+
 // One line of a JSONL file as a JSON object; invalid JSON or another JSON type is an error that
 // names `where` ("file:line").
 nlohmann::ordered_json parse_jsonl_row(const std::string& line, const std::string& where);

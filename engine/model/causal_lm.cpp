@@ -460,6 +460,54 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h,
   return {sum, count};
 }
 
+namespace {
+
+// labels [B, T] shifted left by one on the model's device: position t holds label t + 1, the last
+// position -100.
+at::Tensor shifted_labels(const at::Tensor& labels, const at::Device& device) {
+  const auto lab = labels.to(device, at::kLong);
+  return at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1);
+}
+
+}  // namespace
+
+at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const {
+  TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
+              "labels ",
+              labels.sizes(),
+              " do not match the batch ",
+              h.sizes().slice(0, 2));
+  const auto shifted = shifted_labels(labels, device_);
+  const auto chunk =
+      ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
+  const auto weight = head_weight();
+  std::vector<at::Tensor> rows;
+  for (int64_t r = 0; r < h.size(0); ++r) {
+    rows.push_back(-ops::chunked_cross_entropy_sum(h[r], weight, shifted[r], chunk, config_.final_logit_softcap));
+  }
+  return at::stack(rows);
+}
+
+at::Tensor CausalLM::predicted_logit_mean_sums(const at::Tensor& h, const at::Tensor& labels) const {
+  at::NoGradGuard no_grad;
+  const auto predicts = shifted_labels(labels, device_) != ops::kIgnoreIndex;
+  const auto weight = head_weight();
+  constexpr int64_t kChunk = 256;  // positions per [chunk, V] block of logits
+  std::vector<at::Tensor> rows;
+  for (int64_t r = 0; r < h.size(0); ++r) {
+    const auto positions = h[r].index({predicts[r]});
+    auto sum = at::zeros({}, h.options().dtype(at::kFloat));
+    for (int64_t i = 0; i < positions.size(0); i += kChunk) {
+      auto logits =
+          ops::linear_dense(positions.narrow(0, i, std::min(kChunk, positions.size(0) - i)), weight, std::nullopt);
+      if (config_.final_logit_softcap) logits = ops::softcap_logits(logits, *config_.final_logit_softcap);
+      sum = sum + logits.to(at::kFloat).mean(-1).sum();
+    }
+    rows.push_back(sum);
+  }
+  return at::stack(rows);
+}
+
 std::vector<at::Tensor> CausalLM::trainable_parameters() const {
   std::vector<at::Tensor> params;
   for (const auto& l : layers_) {

@@ -113,7 +113,7 @@ void LayerScheduler::skip_eval(const ExecutionPlan& plan) {
   }
 }
 
-LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepInputs& inputs) {
+at::Tensor LayerScheduler::train_layers(const ExecutionPlan& plan, const StepInputs& inputs) {
   TORCH_CHECK(plan.training(), "a training step was given an eval plan; make it with prepare_training()");
   TORCH_CHECK(training_, "the scheduler was switched to eval after this plan was made; call prepare_training() again");
   contexts_.clear();
@@ -121,8 +121,6 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
   if (tiled_mlp_) tiled_mlp_->begin_step();
   recomputed_ = 0;
   stats_ = StepStats{plan.num_checkpointed(), 0, 0};
-  const int64_t before = heap_in_use(model_.device());
-  at::AutoGradMode grad(true);
   auto layer_in = layer_inputs(inputs);
   const auto& moe = model_.config().moe;
   std::vector<model::RouterLoad> loads;
@@ -133,11 +131,26 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
             ? inputs.attention_mask.to(model_.device(), at::kFloat).reshape({-1})
             : at::ones({inputs.input_ids.numel()}, at::TensorOptions().dtype(at::kFloat).device(model_.device()));
   }
-  auto h = run_layers(plan, model_.embed(inputs.input_ids), layer_in);
-  auto [sum, tokens] = model_.loss_sum(model_.final_norm(h), inputs.labels, inputs.predicted_tokens);
+  auto h = model_.final_norm(run_layers(plan, model_.embed(inputs.input_ids), layer_in));
   aux_loss_ = loads.empty() ? at::Tensor() : model::load_balancing_loss(loads, layer_in.router_token_weights);
+  return h;
+}
+
+LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepInputs& inputs) {
+  const int64_t before = heap_in_use(model_.device());
+  at::AutoGradMode grad(true);
+  const auto h = train_layers(plan, inputs);
+  auto [sum, tokens] = model_.loss_sum(h, inputs.labels, inputs.predicted_tokens);
   stats_.activation_bytes = heap_in_use(model_.device()) - before;
   return {sum, tokens};
+}
+
+at::Tensor LayerScheduler::train_hidden(const ExecutionPlan& plan, const StepInputs& inputs) {
+  const int64_t before = heap_in_use(model_.device());
+  at::AutoGradMode grad(true);
+  auto h = train_layers(plan, inputs);
+  stats_.activation_bytes = heap_in_use(model_.device()) - before;
+  return h;
 }
 
 LossResult LayerScheduler::eval_loss(const ExecutionPlan& plan, const StepInputs& inputs) {

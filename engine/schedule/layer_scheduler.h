@@ -56,6 +56,9 @@ class LayerScheduler {
 
   // A training plan is required; gradients are not computed here.
   LossResult train_forward(const ExecutionPlan& plan, const StepInputs& inputs);
+  // The same pass up to the final-norm hidden states [B, T, H] (differentiable), for an objective
+  // that computes its own loss from them (preference tuning); `inputs.labels` are not read.
+  at::Tensor train_hidden(const ExecutionPlan& plan, const StepInputs& inputs);
   LossResult train_forward(const ExecutionPlan& plan, const at::Tensor& ids, const at::Tensor& labels) {
     return train_forward(plan, StepInputs{ids, labels, {}, {}, {}});
   }
@@ -93,6 +96,9 @@ class LayerScheduler {
 
  private:
   model::LayerInputs layer_inputs(const StepInputs& inputs) const;
+  // train_forward's and train_hidden's pass: a new step's state, the layers and the final norm
+  // (and the load-balancing loss), under the caller's grad mode.
+  at::Tensor train_layers(const ExecutionPlan& plan, const StepInputs& inputs);
   at::Tensor run_layers(const ExecutionPlan& plan, at::Tensor h, const model::LayerInputs& inputs);
 
   model::CausalLM& model_;

@@ -28,6 +28,7 @@
 #include "engine/train/metrics_log.h"
 #include "engine/train/model_setup.h"
 #include "engine/train/output_dir.h"
+#include "engine/train/preference_step.h"
 #include "engine/train/progress_line.h"
 #include "engine/train/training_run.h"
 #include "ops/host_read.h"
@@ -115,14 +116,25 @@ double evaluate(schedule::LayerScheduler& scheduler,
 // This rank's micro-batches of one optimizer step, and the step's token counts over all ranks.
 struct StepBatches {
   std::vector<data::Batch> mine;
+  std::vector<std::vector<data::PreferencePair>> mine_pairs;  // preference tuning's, in place of `mine`
   int64_t predicted_tokens = 0;  // the tokens the step's loss predicts, every rank's batches
   int64_t real_tokens = 0;       // tokens that are not padding, for tokens/s
 };
 
-StepBatches next_step_batches(TrainingRun& run) {
+StepBatches next_step_batches(TrainingRun& run, int64_t sequence_len) {
   StepBatches out;
   const auto& share = run.counts.share;
   for (int64_t i = 0; i < run.counts.step_batches; ++i) {
+    if (run.pairs) {
+      auto pairs = run.pairs->next();
+      for (const auto& p : pairs) {
+        for (const auto* completion : {&p.chosen, &p.rejected}) {
+          out.real_tokens += std::min<int64_t>(sequence_len, p.prompt.size() + completion->size());
+        }
+      }
+      if (i >= share.first && i < share.first + share.count) out.mine_pairs.push_back(std::move(pairs));
+      continue;
+    }
     auto b = run.loader->next();
     out.predicted_tokens += b.tokens();
     out.real_tokens += (b.segment_ids >= 0).sum().item<int64_t>();
@@ -130,13 +142,6 @@ StepBatches next_step_batches(TrainingRun& run) {
   }
   return out;
 }
-
-// What a step's forward and backward leave on the device: the summed token losses and
-// load-balancing losses of this rank's micro-batches (float64), and the layers recomputed.
-struct StepSums {
-  at::Tensor loss, aux;
-  int64_t recomputed = 0;
-};
 
 // Token-weighted mean over the whole step (transformers' num_items_in_batch): each micro-batch's
 // summed loss is divided by the step's predicted-token count. The load-balancing loss is each
@@ -167,11 +172,12 @@ StepSums forward_backward(TrainingRun& run,
 
 // A step's result as every rank agrees on it.
 struct StepOutcome {
-  double loss = 0;       // the step's mean token loss plus its load-balancing term, as the Trainer logs it
-  double aux_sum = 0;    // the load-balancing losses of all micro-batches of all ranks
-  bool applied = true;   // false: skipped, its loss or a gradient was not finite
-  double grad_norm = 0;  // before clipping, where applied
-  bool stop = false;     // a rank was asked to stop by a signal
+  double loss = 0;              // the step's mean token loss plus its load-balancing term, as the Trainer logs it
+  double aux_sum = 0;           // the load-balancing losses of all micro-batches of all ranks
+  bool applied = true;          // false: skipped, its loss or a gradient was not finite
+  double grad_norm = 0;         // before clipping, where applied
+  bool stop = false;            // a rank was asked to stop by a signal
+  std::vector<double> metrics;  // preference tuning's kPreferenceMetrics, means over the micro-batches
 };
 
 // One decision for every rank: the summed gradients and loss, and a stop if any rank was asked
@@ -186,20 +192,25 @@ StepOutcome apply_step(TrainingRun& run,
   const auto& params = run.params;
   const std::string step_name = "step " + std::to_string(run.state.global_step + 1);
   sum_gradients(comm, params, "summing the gradients of " + step_name);
-  // The step's one read before clipping: its loss, its load-balancing loss and whether every
-  // (summed) gradient is finite.
-  const auto read =
-      ops::read_to_host(at::stack({sums.loss, sums.aux, grads_finite(params).to(sums.loss.device(), at::kDouble)}),
-                        "step: loss and finite gradients");
+  // The step's one read before clipping: its loss, its load-balancing loss, whether every
+  // (summed) gradient is finite, and a preference objective's metrics.
+  auto values = at::stack({sums.loss, sums.aux, grads_finite(params).to(sums.loss.device(), at::kDouble)});
+  if (sums.metrics.defined()) values = at::cat({values, sums.metrics});
+  const auto read = ops::read_to_host(values, "step: loss and finite gradients");
   const bool finite_grads = read[2].item<double>() != 0;
-  const auto summed =
-      sum_over_ranks(comm,
-                     {read[0].item<double>(), interrupt.received() != 0 ? 1.0 : 0.0, read[1].item<double>()},
-                     "summing the loss of " + step_name);
+  std::vector<double> local = {read[0].item<double>(), interrupt.received() != 0 ? 1.0 : 0.0, read[1].item<double>()};
+  for (int64_t i = 3; i < read.numel(); ++i) local.push_back(read[i].item<double>());
+  const auto summed = sum_over_ranks(comm, local, "summing the loss of " + step_name);
   StepOutcome out;
   out.stop = summed[1] > 0;
   out.aux_sum = summed[2];
-  out.loss = summed[0] / static_cast<double>(std::max<int64_t>(1, batches.predicted_tokens)) + aux_coef * summed[2];
+  // A preference step's loss is already the ranks' shares of its mean (preference_step.h).
+  out.loss = run.pairs ? summed[0]
+                       : summed[0] / static_cast<double>(std::max<int64_t>(1, batches.predicted_tokens)) +
+                             aux_coef * summed[2];
+  for (size_t i = 3; i < summed.size(); ++i) {
+    out.metrics.push_back(summed[i] / static_cast<double>(run.counts.step_batches));
+  }
   out.applied = std::isfinite(out.loss) && finite_grads;
   if (out.applied) {
     out.grad_norm = clip_grad_norm(params, c.max_grad_norm);
@@ -214,6 +225,7 @@ struct LogWindow {
   int64_t steps = 0;  // applied ones
   int64_t tokens = 0;
   double loss = 0, aux = 0, comm_seconds = 0;
+  std::vector<double> metrics;  // preference tuning's, summed over the applied steps
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   int64_t copied_logged = 0;  // offload bytes counted at the last line
   int64_t step_logged = 0;    // the step of the last line
@@ -260,13 +272,24 @@ double log_window(LogWindow& w,
                           {"comm_seconds", w.comm_seconds / static_cast<double>(steps_in_window)},
                           {"skipped_steps", state.skipped_steps}};
     if (aux_on) row["aux_loss"] = aux;
+    for (size_t i = 0; i < w.metrics.size(); ++i) {
+      row[kPreferenceMetrics[i]] = w.steps > 0 ? w.metrics[i] / w.steps : std::nan("");
+    }
     // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA.
     if (run.device_plan.memory && device.is_cuda()) row["planned_peak_bytes"] = run.device_plan.memory->allocated_bytes;
     metrics->log(row);
   }
   const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
-  char aux_text[32] = "";
+  char aux_text[96] = "";
   if (aux_on) std::snprintf(aux_text, sizeof aux_text, " (aux %.4f)", aux);
+  if (!w.metrics.empty() && w.steps > 0) {
+    // rewards/margins and rewards/accuracies (Note [DPO loss]).
+    std::snprintf(aux_text,
+                  sizeof aux_text,
+                  " | margin %.4f | acc %.2f",
+                  w.metrics[3] / static_cast<double>(w.steps),
+                  w.metrics[2] / static_cast<double>(w.steps));
+  }
   std::fprintf(
       out,
       "step %lld/%lld | epoch %.2f | loss %.4f%s | lr %.3e | grad %.3f | %.0f tok/s | %s < %s | peak %.2f GiB\n",
@@ -293,7 +316,7 @@ void save_checkpoint_of(
   auto& state = run.state;
   const auto& device = run.options.device;
   const std::string name = "checkpoint-" + std::to_string(state.global_step);
-  state.data = run.loader->position();
+  state.data = data_position(run);
   state.world_size = comm.world_size();
   state.rng_cpu = gather_states(comm, schedule::rng_state(at::kCPU), "gathering generator states for " + name);
   state.rng_cuda.clear();
@@ -379,11 +402,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   // The first window's peak is the steps', not the load's or the bandwidth probe's.
   reset_peak_memory(device);
   while (state.global_step < total) {
-    const auto batches = next_step_batches(run);
+    const auto batches = next_step_batches(run, c.sequence_len);
     window.tokens += batches.real_tokens;
     StepSums sums;
     try {
-      sums = forward_backward(run, plan, batches, c, aux_coef);
+      sums = run.pairs ? preference_forward_backward(run, plan, batches.mine_pairs, c, aux_coef)
+                       : forward_backward(run, plan, batches, c, aux_coef);
     } catch (const c10::OutOfMemoryError& e) {
       TORCH_CHECK(false, out_of_memory_report(run.device_plan, c, state.global_step + 1, e.what_without_backtrace()));
     }
@@ -410,6 +434,8 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       grad_norm = step.grad_norm;
       window.loss += step.loss;
       window.aux += step.aux_sum / static_cast<double>(run.counts.step_batches);
+      window.metrics.resize(step.metrics.size());
+      for (size_t i = 0; i < step.metrics.size(); ++i) window.metrics[i] += step.metrics[i];
       ++window.steps;
     }
     ++state.global_step;

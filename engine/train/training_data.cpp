@@ -130,6 +130,31 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
 
 }  // namespace
 
+std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig& c,
+                                                        int64_t vocab_size,
+                                                        std::FILE* log) {
+  std::vector<data::PreferencePair> pairs;
+  for (const auto& d : c.datasets) {
+    TORCH_CHECK(d.type.empty() || d.type == "pretokenized",
+                "dataset ",
+                d.path.string(),
+                ": rl reads pre-tokenized pairs (prompt_ids, chosen_ids, rejected_ids) and this entry has type ",
+                d.type,
+                "; preference rows as text or conversations are not built yet: tokenize them (TRL's DPOTrainer "
+                "writes these three keys) and remove the type");
+    TORCH_CHECK(d.split.empty() || d.split == "train",
+                "dataset ",
+                d.path.string(),
+                ": rl reads every pair of a file; its split ",
+                d.split,
+                " is not supported yet");
+    auto read = data::read_preference_jsonl(d.path, vocab_size);
+    std::fprintf(log, "dataset %s: %zu preference pairs\n", d.path.c_str(), read.size());
+    pairs.insert(pairs.end(), std::make_move_iterator(read.begin()), std::make_move_iterator(read.end()));
+  }
+  return pairs;
+}
+
 std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
                                                 const data::TextTokenizer* tokenizer,
                                                 std::FILE* log,

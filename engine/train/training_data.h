@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/config/run_config.h"
+#include "engine/data/preference_pairs.h"
 #include "engine/data/pretokenized.h"
 #include "engine/data/special_tokens.h"
 #include "engine/data/text_tokenizer.h"
@@ -33,6 +34,12 @@ std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
                                                 const data::TextTokenizer* tokenizer,
                                                 std::FILE* log = stdout,
                                                 bool progress = true);
+
+// Preference tuning's pairs (rl): every dataset of the config read as pre-tokenized pairs
+// (data::read_preference_jsonl), in order; one line per dataset to `log`.
+std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig& c,
+                                                        int64_t vocab_size,
+                                                        std::FILE* log = stdout);
 
 // `qtrain preprocess`: the samples as JSONL, one {"input_ids": [...], "labels": [...]} per line,
 // written to `out` (replaced). Reads base_model's config.json and tokenizer files, not its

@@ -121,11 +121,25 @@ void resume_run(TrainingRun& run, const fs::path& resume, dist::Comm& comm, std:
   if (!state.rng_cuda.empty() && options.device.is_cuda()) {
     schedule::set_rng_state(options.device, state.rng_cuda.at(comm.rank()));
   }
-  run.loader->seek(state.data);
+  run.loader ? run.loader->seek(state.data) : run.pairs->seek(state.data);
   std::fprintf(out, "resume: %s at step %lld\n", resume.c_str(), static_cast<long long>(state.global_step));
 }
 
+// What preference tuning needs that a config may not give (Note [Adapters off]).
+void check_preference_run(const config::RunConfig& c, const model::CausalLM& lm) {
+  TORCH_CHECK(!c.sample_packing,
+              "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
+  TORCH_CHECK(c.val_set_size == 0, "rl: evaluating held-out pairs is not built yet; set val_set_size: 0");
+  TORCH_CHECK(lm.trained_norms().empty(),
+              "rl: the reference is the base with the adapters off, and norms trained in full replace the base's "
+              "(lora_modules_to_save or unfrozen_parameters naming norms); train the norms in a supervised run");
+}
+
 }  // namespace
+
+data::DataLoader::Position data_position(const TrainingRun& run) {
+  return run.loader ? run.loader->position() : run.pairs->position();
+}
 
 TrainingRun set_up_training(
     const config::RunConfig& c, dist::Comm& comm, const at::Device& device, const fs::path& resume, std::FILE* out) {
@@ -252,19 +266,33 @@ TrainingRun set_up_training(
   const auto pad_id = tokenizer                                                         ? tokenizer->pad_id()
                       : data::uses_byte_tokenizer(c.base_model, lm.config().vocab_size) ? data::ByteTokenizer().pad()
                                                                                         : 0;
-  // With dataset_prepared_path rank 0 tokenizes and fills the cache first; the others read it.
-  const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
-  const std::string cache_wait = "waiting for rank 0 to prepare the datasets in " + c.dataset_prepared_path.string();
-  if (cache_first && !comm.lead()) comm.barrier(cache_wait);
-  auto samples = load_training_samples(c, tokenizer.get(), out, /*progress=*/comm.lead());
-  if (cache_first && comm.lead()) comm.barrier(cache_wait);
-  auto split = data::split_for_eval(std::move(samples), c.val_set_size, static_cast<uint64_t>(c.seed));
-  auto loader = std::make_unique<data::DataLoader>(
-      split.train, c.micro_batch_size, c.sequence_len, c.sample_packing, static_cast<uint64_t>(c.seed), pad_id);
+  data::Split split;
+  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<data::PairLoader> pairs;
+  size_t train_rows = 0;
+  if (!c.rl.empty()) {
+    // Preference tuning: pairs (Note [Preference batch]).
+    check_preference_run(c, lm);
+    auto read = load_preference_pairs(c, lm.config().vocab_size, out);
+    train_rows = read.size();
+    pairs = std::make_unique<data::PairLoader>(std::move(read), c.micro_batch_size, static_cast<uint64_t>(c.seed));
+  } else {
+    // With dataset_prepared_path rank 0 tokenizes and fills the cache first; the others read it.
+    const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
+    const std::string cache_wait = "waiting for rank 0 to prepare the datasets in " + c.dataset_prepared_path.string();
+    if (cache_first && !comm.lead()) comm.barrier(cache_wait);
+    auto samples = load_training_samples(c, tokenizer.get(), out, /*progress=*/comm.lead());
+    if (cache_first && comm.lead()) comm.barrier(cache_wait);
+    split = data::split_for_eval(std::move(samples), c.val_set_size, static_cast<uint64_t>(c.seed));
+    train_rows = split.train.size();
+    loader = std::make_unique<data::DataLoader>(
+        split.train, c.micro_batch_size, c.sequence_len, c.sample_packing, static_cast<uint64_t>(c.seed), pad_id);
+  }
+  const int64_t batches_per_epoch = loader ? loader->batches_per_epoch() : pairs->batches_per_epoch();
   // See Note [Data-parallel steps].
   const int64_t step_batches = c.gradient_accumulation_steps * comm.world_size();
   const auto share = step_share(comm, c.gradient_accumulation_steps);
-  const int64_t steps_per_epoch = std::max<int64_t>(1, (loader->batches_per_epoch() + step_batches - 1) / step_batches);
+  const int64_t steps_per_epoch = std::max<int64_t>(1, (batches_per_epoch + step_batches - 1) / step_batches);
   const int64_t total = c.max_steps > 0 ? c.max_steps : steps_per_epoch * c.num_epochs;
   // See Note [Steps per epoch].
   const int64_t eval_steps =
@@ -275,11 +303,12 @@ TrainingRun set_up_training(
                                warmup_steps_for(c.warmup_steps, c.warmup_ratio, total),
                                total};
   std::fprintf(out,
-               "data: %zu training samples, %zu held out, %lld micro-batches per epoch, %lld steps, "
+               "data: %zu training %s, %zu held out, %lld micro-batches per epoch, %lld steps, "
                "evaluation every %lld, checkpoint every %lld (0: none)\n",
-               split.train.size(),
+               train_rows,
+               pairs ? "pairs" : "samples",
                split.eval.size(),
-               static_cast<long long>(loader->batches_per_epoch()),
+               static_cast<long long>(batches_per_epoch),
                static_cast<long long>(total),
                static_cast<long long>(eval_steps),
                static_cast<long long>(save_steps));
@@ -348,6 +377,7 @@ TrainingRun set_up_training(
                   .pad_id = pad_id,
                   .split = std::move(split),
                   .loader = std::move(loader),
+                  .pairs = std::move(pairs),
                   .counts = {step_batches, share, steps_per_epoch, total, eval_steps, save_steps},
                   .lr_schedule = lr_schedule,
                   .optimizer = std::move(optimizer),

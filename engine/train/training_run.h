@@ -14,6 +14,7 @@
 
 #include "engine/config/run_config.h"
 #include "engine/data/data_loader.h"
+#include "engine/data/preference_pairs.h"
 #include "engine/dist/comm.h"
 #include "engine/dist/sharded_base.h"
 #include "engine/lora/lora_config.h"
@@ -49,7 +50,8 @@ struct TrainingRun {
   std::vector<at::Tensor> params;  // the model's trainable tensors, in the optimizer's order
   int64_t pad_id = 0;
   data::Split split;
-  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<data::DataLoader> loader;  // supervised fine-tuning's
+  std::unique_ptr<data::PairLoader> pairs;   // preference tuning's (rl), in place of the loader
   StepCounts counts;
   LrSchedule lr_schedule;
   std::unique_ptr<Optimizer> optimizer;
@@ -58,6 +60,9 @@ struct TrainingRun {
   schedule::CheckpointPolicy policy = schedule::CheckpointPolicy::every_layer;
   RunState state;  // step 0, or the checkpoint's
 };
+
+// Where the run's data is: the loader's or the pair loader's position.
+data::DataLoader::Position data_position(const TrainingRun& run);
 
 // Sets up the run of `c` on this rank's `device` (whose CUDA guard the caller holds), printing
 // each part to `out`, and resumes it from the checkpoint folder `resume` unless that is empty.

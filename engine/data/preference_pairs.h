@@ -1,0 +1,64 @@
+// Preference data: pairs of a prompt with a chosen and a rejected completion, as TRL's DPOTrainer
+// reads them, batched as its DataCollatorForPreference batches them. See Note [Preference batch].
+//
+// Note [Preference batch]
+// A micro-batch of B pairs is one batch of 2B rows, the B chosen rows (prompt + chosen) and then
+// the B rejected rows (prompt + rejected), so that one forward computes both (TRL concatenates
+// them the same way). Each row is truncated on its own to max_length tokens, keeping its start
+// (TRL's default truncation_mode, keep_start), right-padded with pad_id to
+// the longest row; its labels are its ids on the completion's tokens and -100 on the prompt and
+// the padding. A row's log-likelihood is then the sum of the log-probabilities of its labels
+// (CausalLM::sequence_log_probs): the completion given the prompt.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/data/data_loader.h"
+
+namespace qtrain::engine::data {
+
+struct PreferencePair {
+  std::vector<int64_t> prompt, chosen, rejected;
+};
+
+struct PreferenceBatch {
+  at::Tensor input_ids;  // int64 [2B, T]: chosen rows, then rejected rows
+  at::Tensor labels;     // int64 [2B, T]: the completion's ids, -100 elsewhere
+  int64_t pairs = 0;     // B
+  int64_t tokens = 0;    // tokens that are not padding
+};
+
+PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t max_length, int64_t pad_id);
+
+// A JSONL (or .json) file of pre-tokenized pairs: "prompt_ids", "chosen_ids", "rejected_ids", as
+// TRL tokenizes them. Every id must be in [0, vocab_size); each completion must have a token.
+// Errors name the file, the line and the key.
+std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path, int64_t vocab_size);
+
+// Micro-batches of pairs, epoch after epoch: epoch e visits the pairs in the order
+// seeded_permutation(n, seed + e), micro_batch_size at a time (the epoch's last may be smaller),
+// as DataLoader visits samples without packing.
+class PairLoader {
+ public:
+  using Position = DataLoader::Position;  // as a checkpoint records it
+  PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed);
+  int64_t batches_per_epoch() const;
+  // The pairs of the batch at position(), then advances.
+  std::vector<PreferencePair> next();
+  Position position() const { return position_; }
+  void seek(Position p);
+
+ private:
+  std::vector<PreferencePair> pairs_;
+  int64_t micro_batch_size_;
+  uint64_t seed_;
+  Position position_;
+  std::vector<size_t> order_;
+  int64_t order_epoch_ = -1;
+};
+
+}  // namespace qtrain::engine::data

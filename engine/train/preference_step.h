@@ -1,0 +1,47 @@
+// Preference tuning's forward-and-loss phase of a step (Note [Training phases]): each micro-batch
+// of pairs (Note [Preference batch]) through the reference (the base, Note [Adapters off]) and the
+// trained model, DPO's loss (Note [DPO loss]) differentiated, its metrics summed on the device.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "engine/config/run_config.h"
+#include "engine/data/preference_pairs.h"
+#include "engine/schedule/execution_plan.h"
+#include "engine/train/training_run.h"
+
+namespace qtrain::engine::train {
+
+// What a step's forward and backward leave on the device for its one host read (float64).
+struct StepSums {
+  at::Tensor loss;     // supervised: this rank's summed token losses; preference: its share of the step's loss
+  at::Tensor aux;      // this rank's load-balancing losses, summed
+  at::Tensor metrics;  // preference: kPreferenceMetrics summed over this rank's micro-batches; else undefined
+  int64_t recomputed = 0;
+};
+
+// TRL's names, as metrics.jsonl and TensorBoard show them.
+inline constexpr std::array<const char*, 8> kPreferenceMetrics = {"rewards/chosen",
+                                                                  "rewards/rejected",
+                                                                  "rewards/accuracies",
+                                                                  "rewards/margins",
+                                                                  "logps/chosen",
+                                                                  "logps/rejected",
+                                                                  "logits/chosen",
+                                                                  "logits/rejected"};
+
+// Each micro-batch's loss is DPO's (rl: dpo, or ipo) plus aux_coef times its load-balancing loss,
+// differentiated at 1 / step_batches, as the HF Trainer divides by the accumulation steps and DDP
+// averages the ranks; StepSums::loss is the sum of those shares, the step's mean loss once summed
+// over the ranks. The metrics are each micro-batch's means (logits/* weighted by the tokens), as
+// TRL logs one value per micro-batch.
+StepSums preference_forward_backward(TrainingRun& run,
+                                     const schedule::ExecutionPlan& plan,
+                                     const std::vector<std::vector<data::PreferencePair>>& batches,
+                                     const config::RunConfig& c,
+                                     double aux_coef);
+
+}  // namespace qtrain::engine::train
