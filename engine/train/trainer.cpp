@@ -111,7 +111,8 @@ double evaluate(schedule::LayerScheduler& scheduler,
 //                      finiteness), a non-finite step skipped, clipping, the update (apply_step);
 //   log                the window's progress line, metrics.jsonl and TensorBoard (LogWindow);
 //   evaluate, save     on their intervals, and a checkpoint when a signal stops the run.
-// Another objective (preference tuning) replaces forward and loss and shares the rest.
+// Preference tuning (rl) takes pairs in prepare batch and has its own forward and loss
+// (preference_step.h: the reference, DPO's loss, TRL's metrics); it shares the rest.
 
 // This rank's micro-batches of one optimizer step, and the step's token counts over all ranks.
 struct StepBatches {

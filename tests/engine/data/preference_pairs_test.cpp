@@ -39,10 +39,10 @@ TEST(PreferencePairs, FilesNameTheLineOfABadRow) {
     std::ofstream(dir / "p.jsonl") << text;
     return dir / "p.jsonl";
   };
-  const auto good = read_preference_jsonl(
-      write("{\"prompt_ids\": [1], \"chosen_ids\": [2], \"rejected_ids\": [3]}\n\n"
-            "{\"prompt_ids\": [], \"chosen_ids\": [4, 5], \"rejected_ids\": [6]}\n"),
-      10);
+  const auto good =
+      read_preference_jsonl(write("{\"prompt_ids\": [1], \"chosen_ids\": [2], \"rejected_ids\": [3]}\n\n"
+                                  "{\"prompt_ids\": [], \"chosen_ids\": [4, 5], \"rejected_ids\": [6]}\n"),
+                            10);
   ASSERT_EQ(good.size(), 2u);
   EXPECT_EQ(good[1].chosen, (std::vector<int64_t>{4, 5}));
   const auto path = (dir / "p.jsonl").string();
