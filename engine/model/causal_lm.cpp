@@ -436,30 +436,6 @@ int64_t predicted_token_count(const at::Tensor& labels) {
   return (labels.narrow(1, 1, labels.size(1) - 1) != ops::kIgnoreIndex).sum().item<int64_t>();
 }
 
-std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h,
-                                                  const at::Tensor& labels,
-                                                  int64_t predicted_tokens) const {
-  TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
-              "labels ",
-              labels.sizes(),
-              " do not match the batch ",
-              h.sizes().slice(0, 2));
-  // Position t predicts label t+1; the last position predicts nothing.
-  auto lab = labels.to(device_, at::kLong);
-  auto shifted =
-      at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1)
-          .reshape({-1});
-  const int64_t count = predicted_tokens >= 0 ? predicted_tokens
-                        : labels.is_cpu()
-                            ? predicted_token_count(labels)
-                            : ops::read_scalar<int64_t>((shifted != ops::kIgnoreIndex).sum(), "loss: predicted tokens");
-  const auto chunk =
-      ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
-  auto sum = ops::chunked_cross_entropy_sum(
-      h.reshape({-1, h.size(-1)}), head_weight(), shifted, chunk, config_.final_logit_softcap);
-  return {sum, count};
-}
-
 namespace {
 
 // labels [B, T] shifted left by one on the model's device: position t holds label t + 1, the last
@@ -470,6 +446,27 @@ at::Tensor shifted_labels(const at::Tensor& labels, const at::Device& device) {
 }
 
 }  // namespace
+
+std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h,
+                                                  const at::Tensor& labels,
+                                                  int64_t predicted_tokens) const {
+  TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
+              "labels ",
+              labels.sizes(),
+              " do not match the batch ",
+              h.sizes().slice(0, 2));
+  // Position t predicts label t+1; the last position predicts nothing.
+  auto shifted = shifted_labels(labels, device_).reshape({-1});
+  const int64_t count = predicted_tokens >= 0 ? predicted_tokens
+                        : labels.is_cpu()
+                            ? predicted_token_count(labels)
+                            : ops::read_scalar<int64_t>((shifted != ops::kIgnoreIndex).sum(), "loss: predicted tokens");
+  const auto chunk =
+      ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
+  auto sum = ops::chunked_cross_entropy_sum(
+      h.reshape({-1, h.size(-1)}), head_weight(), shifted, chunk, config_.final_logit_softcap);
+  return {sum, count};
+}
 
 at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const {
   TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
