@@ -130,6 +130,8 @@ MemoryPlan plan_with(const PlanInputs& in, const PlanRequest& request, int64_t k
   int64_t allocated = 0;
   for (const PlanRow& r : rows) allocated += r.bytes;
   p.allocated_bytes = allocated;
+  p.activation_bytes = saved;
+  p.transient_bytes = transient;
   const auto fragmentation = static_cast<int64_t>(std::ceil(static_cast<double>(allocated) * kFragmentationReserve));
   rows.push_back({"allocator fragmentation reserve",
                   printf_string("%.0f%% of the above", kFragmentationReserve * 100),

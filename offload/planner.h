@@ -94,6 +94,10 @@ struct MemoryPlan {
   // The rows the CUDA allocator hands out, before its fragmentation reserve and the CUDA context:
   // what its peak of allocated bytes (peak_memory_bytes) compares with.
   int64_t allocated_bytes = 0;
+  // Of those, the activations kept for backward and the largest transient on top of them; the
+  // rest (weights, slots, adapters, optimizer state, workspaces) is allocated before a forward.
+  int64_t activation_bytes = 0;
+  int64_t transient_bytes = 0;
   int64_t total_bytes = 0;
   int64_t budget_bytes = 0;
   bool fits = false;

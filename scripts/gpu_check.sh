@@ -245,20 +245,20 @@ note "GPU tests: ${tests_line:-none ran}; ${skipped:-0} skipped"
 if [ -n "$plan_lines" ]; then
   note ""
   note "## The memory plan against the allocator's peak (MemoryPlanCuda)"
-  echo "$plan_lines" | tee -a "$summary" >/dev/null
+  echo "$plan_lines" | tee -a "$summary"
 fi
 for log in "${benchmarks[@]}"; do
   if [ -f "$out/logs/$log.log" ] && [[ ! " ${failures[*]} " =~ " $log " ]]; then
     note ""
     note "## $log"
-    grep -v -E '^\[bench\]' "$out/logs/$log.log" | tee -a "$summary" >/dev/null
+    grep -v -E '^\[bench\]' "$out/logs/$log.log" | tee -a "$summary"
   fi
 done
 for f in "${failures[@]}"; do
   note ""
   note "## $f failed: the end of its log (logs.tgz holds it whole)"
   note '```'
-  tail -n 40 "$out/logs/$f.log" | tee -a "$summary" >/dev/null
+  tail -n 40 "$out/logs/$f.log" | tee -a "$summary"
   note '```'
 done
 note ""

@@ -4,19 +4,26 @@
 #include <malloc.h>
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 
 extern "C" size_t __sanitizer_get_current_allocated_bytes() __attribute__((weak));
 
 namespace qtrain::engine::schedule {
 namespace {
 
-// Bytes currently allocated by this process's heap (glibc): the CPU counterpart of the CUDA
-// allocator's "allocated bytes". Measured around the forward pass, the difference is what the
-// forward keeps alive for backward (saved activations and the graph's tensors). Under
-// AddressSanitizer (scripts/test.sh --sanitize) malloc is the sanitizer's and glibc's counters
-// read zero; its own count of allocated bytes is used there (a weak symbol: null otherwise).
+// Bytes currently allocated on `device`: on CUDA the caching allocator's allocated bytes (what
+// its peak, peak_memory_bytes, counts), on the CPU this process's heap (glibc). Measured around
+// the forward pass, the difference is what the forward keeps alive for backward (saved
+// activations and the graph's tensors). Reading the allocator's counters does not synchronise.
+// Under AddressSanitizer (scripts/test.sh --sanitize) malloc is the sanitizer's and glibc's
+// counters read zero; its own count of allocated bytes is used there (a weak symbol: null
+// otherwise).
 int64_t heap_in_use(const at::Device& device) {
-  if (!device.is_cpu()) return 0;  // the CUDA path reads the caching allocator (offload issue)
+  if (device.is_cuda()) {
+    // Index 0 is the aggregate over pool types.
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()).allocated_bytes[0].current;
+  }
+  if (!device.is_cpu()) return 0;
   if (__sanitizer_get_current_allocated_bytes != nullptr) {
     return static_cast<int64_t>(__sanitizer_get_current_allocated_bytes());
   }
@@ -138,6 +145,7 @@ at::Tensor LayerScheduler::train_layers(const ExecutionPlan& plan, const StepInp
 
 LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepInputs& inputs) {
   const int64_t before = heap_in_use(model_.device());
+  if (model_.device().is_cuda()) stats_.resident_bytes = before;
   at::AutoGradMode grad(true);
   const auto h = train_layers(plan, inputs);
   auto [sum, tokens] = model_.loss_sum(h, inputs.labels, inputs.predicted_tokens);
@@ -147,6 +155,7 @@ LossResult LayerScheduler::train_forward(const ExecutionPlan& plan, const StepIn
 
 at::Tensor LayerScheduler::train_hidden(const ExecutionPlan& plan, const StepInputs& inputs) {
   const int64_t before = heap_in_use(model_.device());
+  if (model_.device().is_cuda()) stats_.resident_bytes = before;
   at::AutoGradMode grad(true);
   auto h = train_layers(plan, inputs);
   stats_.activation_bytes = heap_in_use(model_.device()) - before;

@@ -21,6 +21,9 @@ struct StepStats {
   int64_t layers_checkpointed = 0;  // in this step's plan
   int64_t layers_recomputed = 0;    // by backward so far
   int64_t activation_bytes = 0;     // memory the forward left allocated for backward (see layer_scheduler.cpp)
+  // On CUDA, the allocator's allocated bytes when the last forward began: weights, adapters,
+  // optimizer state, workspaces (0 on the CPU, where the heap also holds the host's data).
+  int64_t resident_bytes = 0;
 };
 
 // One micro-batch. position_ids and segment_ids come with packed rows (several samples per

@@ -276,8 +276,20 @@ double log_window(LogWindow& w,
     for (size_t i = 0; i < w.metrics.size(); ++i) {
       row[kPreferenceMetrics[i]] = w.steps > 0 ? w.metrics[i] / w.steps : std::nan("");
     }
-    // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA.
-    if (run.device_plan.memory && device.is_cuda()) row["planned_peak_bytes"] = run.device_plan.memory->allocated_bytes;
+    // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA, and the
+    // peak's parts measured beside the plan's: what was allocated when the last forward began, what
+    // that forward kept for backward, and the rest of the peak (the largest transient).
+    if (run.device_plan.memory && device.is_cuda()) {
+      const auto& plan = *run.device_plan.memory;
+      const auto& s = run.scheduler->stats();
+      row["planned_peak_bytes"] = plan.allocated_bytes;
+      row["resident_bytes"] = s.resident_bytes;
+      row["planned_resident_bytes"] = plan.allocated_bytes - plan.activation_bytes - plan.transient_bytes;
+      row["activation_bytes"] = s.activation_bytes;
+      row["planned_activation_bytes"] = plan.activation_bytes;
+      row["transient_bytes"] = peak - s.resident_bytes - s.activation_bytes;
+      row["planned_transient_bytes"] = plan.transient_bytes;
+    }
     metrics->log(row);
   }
   const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));

@@ -2,7 +2,8 @@
 // (peak_memory_bytes) is at most what the plan counted for it (planned_peak_bytes, the rows the
 // allocator hands out), for a dense model and MoE models, with and without checkpointing, with
 // offloaded layers, and with offloaded activations and tiled MLPs. The ratio of each is printed,
-// so that the GPU check's log records how close the plan came. The trainer starts each logged
+// and the peak's three parts (resident, activations, transient) beside the plan's, so that the
+// GPU check's log records how close the plan came and which part a miss is in. The trainer starts each logged
 // window's peak afresh (after loading, the copy-bandwidth probe and the previous case), so nothing
 // here touches the allocator: before train() initialises CUDA, the allocator's statistics do not
 // exist yet. Skips itself where no CUDA device is present.
@@ -129,6 +130,16 @@ TEST(MemoryPlanCuda, EveryStepsPeakIsWithinWhatThePlanCounted) {
                   static_cast<double>(peak) / (1 << 20),
                   static_cast<double>(planned) / (1 << 20),
                   static_cast<double>(planned) / static_cast<double>(peak));
+      // The peak's parts against the plan's, so that a miss names the part the plan got wrong.
+      for (const char* part : {"resident", "activation", "transient"}) {
+        const auto got = j.at(std::string(part) + "_bytes").get<int64_t>();
+        const auto want = j.at(std::string("planned_") + part + "_bytes").get<int64_t>();
+        std::printf("[memory plan]   %s: %.2f MiB, planned %.2f MiB (%+.2f MiB)\n",
+                    part,
+                    static_cast<double>(got) / (1 << 20),
+                    static_cast<double>(want) / (1 << 20),
+                    static_cast<double>(want - got) / (1 << 20));
+      }
       EXPECT_LE(peak, planned) << line;
     }
     EXPECT_EQ(rows, 3);
