@@ -238,10 +238,14 @@ struct RunConfig {
   // Clip the gradient's global L2 norm to this; 0: no clipping.
   double max_grad_norm = 1.0;
 
-  // Preference tuning (engine/train/preference_loss.h): "dpo" or "ipo" (DPO's losses as TRL
-  // computes them); empty: supervised fine-tuning. rl_beta is TRL's beta.
+  // Preference tuning (engine/train/preference_loss.h): "dpo", "ipo", "orpo" or "simpo", as TRL
+  // computes them; empty: supervised fine-tuning. rl_beta is TRL's beta (DPO's, IPO's, SimPO's),
+  // orpo_alpha ORPO's; simpo_gamma and cpo_alpha are CPOTrainer's.
   std::string rl;
   double rl_beta = 0.1;
+  double orpo_alpha = 0.1;
+  double simpo_gamma = 0.5;
+  double cpo_alpha = 1.0;
 
   // --- memory, precision, device ---
   // Recompute layers in backward instead of keeping their activations.

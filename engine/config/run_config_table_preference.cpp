@@ -15,12 +15,13 @@ std::vector<RunConfigKey> preference_keys() {
   return {
       {"rl",
        section,
-       R"md(`dpo` \| `ipo`)md",
+       R"md(`dpo` \| `ipo` \| `orpo` \| `simpo`)md",
        R"md(none)md",
        "axolotl",
-       R"md(Preference tuning instead of supervised fine-tuning: `dpo` trains on pairs of a prompt with a chosen and a rejected completion with DPO's sigmoid loss, `ipo` with IPO's, as TRL's DPOTrainer computes them; the reference is the base itself, the same quantized layers with the adapter switched off (no second model). The data: pre-tokenized pairs (`prompt_ids`, `chosen_ids`, `rejected_ids`), each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning. KTO, ORPO and SimPO are not built yet.)md",
+       R"md(Preference tuning instead of supervised fine-tuning, on pairs of a prompt with a chosen and a rejected completion, as TRL 1.16 computes each objective: `dpo` DPO's sigmoid loss and `ipo` IPO's (DPOTrainer), against a reference that is the base itself, the same quantized layers with the adapter switched off (no second model); `orpo` ORPO's odds-ratio loss with the chosen rows' NLL (ORPOTrainer) and `simpo` SimPO's (CPOTrainer with `loss_type: simpo`), which need no reference. The data: pre-tokenized pairs (`prompt_ids`, `chosen_ids`, `rejected_ids`), each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning. KTO is not built yet.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
-         c.rl = r.choice(key, c.rl, {"dpo", "ipo"}, "use dpo or ipo (KTO, ORPO and SimPO are not built yet)");
+         c.rl =
+             r.choice(key, c.rl, {"dpo", "ipo", "orpo", "simpo"}, "use dpo, ipo, orpo or simpo (KTO is not built yet)");
        },
        [](const RunConfig& c) -> std::string { return c.rl.empty() ? "null" : c.rl; }},
       {"rl_beta",
@@ -28,11 +29,42 @@ std::vector<RunConfigKey> preference_keys() {
        R"md(number > 0)md",
        R"md(`0.1`)md",
        "axolotl",
-       R"md(DPO's beta (TRL's `beta`): how far the trained model may move from the reference; larger keeps it closer. For `ipo`, the regularisation tau.)md",
+       R"md(DPO's beta (TRL's `beta`): how far the trained model may move from the reference; larger keeps it closer. For `ipo`, the regularisation tau; for `simpo`, the scale of the reward (CPOTrainer's `beta`; the SimPO paper uses 2 to 10). `orpo` reads `orpo_alpha` instead, as axolotl passes it.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.rl_beta = r.number(key, c.rl_beta, above(0), "use a positive beta, e.g. 0.1 (TRL's default)");
        },
        [](const RunConfig& c) -> std::string { return format_double(c.rl_beta); }},
+      {"orpo_alpha",
+       section,
+       R"md(number > 0)md",
+       R"md(`0.1`)md",
+       "axolotl",
+       R"md(ORPO's weight of the odds-ratio term beside the NLL (ORPOTrainer's `beta`, which axolotl sets from this key).)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.orpo_alpha = r.number(key, c.orpo_alpha, above(0), "use a positive weight, e.g. 0.1 (TRL's default)");
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.orpo_alpha); }},
+      {"simpo_gamma",
+       section,
+       R"md(number >= 0)md",
+       R"md(`0.5`)md",
+       "axolotl",
+       R"md(SimPO's target reward margin: the loss is `-log sigmoid(beta * (avg_chosen - avg_rejected) - simpo_gamma)` over the completions' mean log-probabilities per token.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.simpo_gamma =
+             r.number(key, c.simpo_gamma, at_least(0), "use a margin of 0 or more, e.g. 0.5 (TRL's default)");
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.simpo_gamma); }},
+      {"cpo_alpha",
+       section,
+       R"md(number >= 0)md",
+       R"md(`1.0`)md",
+       "axolotl",
+       R"md(The weight of the chosen completions' NLL added to SimPO's loss (CPOTrainer's default 1, CPO-SimPO); `0` is the SimPO paper's loss alone.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.cpo_alpha = r.number(key, c.cpo_alpha, at_least(0), "use a weight of 0 or more (TRL's default is 1)");
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.cpo_alpha); }},
   };
 }
 

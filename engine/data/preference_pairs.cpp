@@ -36,12 +36,15 @@ PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t 
   PreferenceBatch b;
   b.input_ids = at::full({rows, static_cast<int64_t>(width)}, pad_id, at::kLong);
   b.labels = at::full({rows, static_cast<int64_t>(width)}, ops::kIgnoreIndex, at::kLong);
+  b.row_labels = b.labels.clone();
   auto in = b.input_ids.accessor<int64_t, 2>();
   auto lab = b.labels.accessor<int64_t, 2>();
+  auto row_lab = b.row_labels.accessor<int64_t, 2>();
   for (int64_t r = 0; r < rows; ++r) {
     for (size_t t = 0; t < ids[r].size(); ++t) {
       in[r][t] = ids[r][t];
       lab[r][t] = labels[r][t];
+      row_lab[r][t] = ids[r][t];
     }
     b.tokens += static_cast<int64_t>(ids[r].size());
   }

@@ -7,7 +7,8 @@
 // them the same way). Each row is truncated on its own to max_length tokens, keeping its start
 // (TRL's default truncation_mode, keep_start), right-padded with pad_id to
 // the longest row; its labels are its ids on the completion's tokens and -100 on the prompt and
-// the padding. A row's log-likelihood is then the sum of the log-probabilities of its labels
+// the padding (its row labels: its ids on every token, for ORPO's NLL of the whole chosen row and
+// the positions of the logits metrics). A row's log-likelihood is then the sum of the log-probabilities of its labels
 // (CausalLM::sequence_log_probs): the completion given the prompt.
 #pragma once
 
@@ -26,10 +27,11 @@ struct PreferencePair {
 };
 
 struct PreferenceBatch {
-  at::Tensor input_ids;  // int64 [2B, T]: chosen rows, then rejected rows
-  at::Tensor labels;     // int64 [2B, T]: the completion's ids, -100 elsewhere
-  int64_t pairs = 0;     // B
-  int64_t tokens = 0;    // tokens that are not padding
+  at::Tensor input_ids;   // int64 [2B, T]: chosen rows, then rejected rows
+  at::Tensor labels;      // int64 [2B, T]: the completion's ids, -100 elsewhere
+  at::Tensor row_labels;  // int64 [2B, T]: every token's id (prompt and completion), -100 on the padding
+  int64_t pairs = 0;      // B
+  int64_t tokens = 0;     // tokens that are not padding
 };
 
 PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t max_length, int64_t pad_id);

@@ -485,9 +485,14 @@ at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& l
   return at::stack(rows);
 }
 
-at::Tensor CausalLM::predicted_logit_mean_sums(const at::Tensor& h, const at::Tensor& labels) const {
+at::Tensor CausalLM::logit_mean_sums(const at::Tensor& h, const at::Tensor& positions) const {
+  TORCH_CHECK(positions.sizes() == h.sizes().slice(0, 2),
+              "positions ",
+              positions.sizes(),
+              " do not match the batch ",
+              h.sizes().slice(0, 2));
   at::NoGradGuard no_grad;
-  const auto predicts = shifted_labels(labels, device_) != ops::kIgnoreIndex;
+  const auto predicts = positions.to(device_, at::kBool);
   const auto weight = head_weight();
   constexpr int64_t kChunk = 256;  // positions per [chunk, V] block of logits
   std::vector<at::Tensor> rows;

@@ -8,6 +8,39 @@
 #include "ops/nn/cross_entropy.h"
 
 namespace qtrain::engine::train {
+namespace {
+
+bool reference_free(const std::string& rl) {
+  return rl == "orpo" || rl == "simpo";
+}
+
+ReferenceFree reference_free_objective(const std::string& rl) {
+  return rl == "orpo" ? ReferenceFree::orpo : ReferenceFree::simpo;
+}
+
+// The positions that predict a token where `labels` has one: mask[:, t] = labels[:, t + 1] != -100.
+at::Tensor predicting(const at::Tensor& labels) {
+  const auto t = labels.size(1);
+  return at::cat({labels.narrow(1, 1, t - 1) != ops::kIgnoreIndex, at::zeros({labels.size(0), 1}, at::kBool)}, 1);
+}
+
+}  // namespace
+
+std::vector<std::string> preference_metric_names(const std::string& rl) {
+  std::vector<std::string> names = {"rewards/chosen",
+                                    "rewards/rejected",
+                                    "rewards/accuracies",
+                                    "rewards/margins",
+                                    "logps/chosen",
+                                    "logps/rejected",
+                                    "logits/chosen",
+                                    "logits/rejected"};
+  if (reference_free(rl)) {
+    const auto extra = reference_free_metric_names(reference_free_objective(rl));
+    names.insert(names.end(), extra.begin(), extra.end());
+  }
+  return names;
+}
 
 StepSums preference_forward_backward(TrainingRun& run,
                                      const schedule::ExecutionPlan& plan,
@@ -17,16 +50,20 @@ StepSums preference_forward_backward(TrainingRun& run,
   auto& scheduler = *run.scheduler;
   const auto& lm = *run.lm;
   const auto& device = run.options.device;
-  const DpoOptions options{c.rl_beta, {{c.rl == "ipo" ? DpoLoss::ipo : DpoLoss::sigmoid, 1.0}}};
+  const bool with_reference = !reference_free(c.rl);
+  const DpoOptions dpo{c.rl_beta, {{c.rl == "ipo" ? DpoLoss::ipo : DpoLoss::sigmoid, 1.0}}};
+  const ReferenceFreeOptions free{
+      reference_free_objective(c.rl), c.rl == "orpo" ? c.orpo_alpha : c.rl_beta, c.simpo_gamma, c.cpo_alpha};
   const double share = 1.0 / static_cast<double>(run.counts.step_batches);
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
-  StepSums sums{
-      at::zeros({}, f64), at::zeros({}, f64), at::zeros({static_cast<int64_t>(kPreferenceMetrics.size())}, f64)};
+  StepSums sums{at::zeros({}, f64),
+                at::zeros({}, f64),
+                at::zeros({static_cast<int64_t>(preference_metric_names(c.rl).size())}, f64)};
   for (const auto& pairs : batches) {
     const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
     const auto ids = b.input_ids.to(device), labels = b.labels.to(device);
     at::Tensor ref;
-    {
+    if (with_reference) {
       const lora::AdaptersOff off;  // the reference: the base (Note [Adapters off])
       ref = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
     }
@@ -34,17 +71,39 @@ StepSums preference_forward_backward(TrainingRun& run,
     const auto h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
     const auto logps = lm.sequence_log_probs(h, labels);
     const int64_t n = b.pairs;
-    // A completion's tokens (IPO's length), and those a position predicts (the logits metrics').
+    // The completion's tokens (IPO's length), and those the positions predict (the averages').
     const auto completion = (b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat).to(device);
-    const auto predicted =
-        (b.labels.narrow(1, 1, b.labels.size(1) - 1) != ops::kIgnoreIndex).sum(1).to(at::kFloat).to(device);
-    const auto r = dpo_loss({logps.narrow(0, 0, n),
-                             logps.narrow(0, n, n),
-                             ref.narrow(0, 0, n),
-                             ref.narrow(0, n, n),
-                             completion.narrow(0, 0, n),
-                             completion.narrow(0, n, n)},
-                            options);
+    const auto predicted = predicting(b.labels).sum(1).to(at::kFloat).to(device);
+    PreferenceLoss r;
+    // The positions whose logits TRL averages: DPO's predict a completion token, ORPO's are every
+    // token of the row but its last, CPO's (SimPO's) every token (TRL's also take the padding's).
+    at::Tensor logit_positions;
+    if (with_reference) {
+      r = dpo_loss({logps.narrow(0, 0, n),
+                    logps.narrow(0, n, n),
+                    ref.narrow(0, 0, n),
+                    ref.narrow(0, n, n),
+                    completion.narrow(0, 0, n),
+                    completion.narrow(0, n, n)},
+                   dpo);
+      logit_positions = predicting(b.labels);
+    } else {
+      const auto avg = logps / predicted.clamp_min(1);
+      at::Tensor nll;
+      if (c.rl == "orpo") {
+        // Over the chosen rows' prompts and completions.
+        const auto chosen_rows = b.row_labels.narrow(0, 0, n);
+        const auto tokens = predicting(chosen_rows).sum().to(at::kFloat).to(device);
+        nll = -lm.sequence_log_probs(h.narrow(0, 0, n), chosen_rows.to(device)).sum() / tokens;
+        logit_positions = predicting(b.row_labels);
+      } else {
+        // Over the chosen completions; CPOTrainer computes none where cpo_alpha is 0.
+        nll = free.cpo_alpha == 0 ? at::zeros({}, logps.options())
+                                  : -logps.narrow(0, 0, n).sum() / predicted.narrow(0, 0, n).sum();
+        logit_positions = b.row_labels != ops::kIgnoreIndex;
+      }
+      r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
+    }
     auto objective = r.loss;
     if (const auto& aux = scheduler.aux_loss(); aux.defined()) {
       objective = objective + aux_coef * aux;
@@ -53,12 +112,15 @@ StepSums preference_forward_backward(TrainingRun& run,
     (objective * share).backward();
     sums.recomputed += scheduler.stats().layers_recomputed;
     sums.loss = sums.loss + objective.detach().to(at::kDouble) * share;
-    const auto logit_sums = lm.predicted_logit_mean_sums(h.detach(), labels);
+    const auto logit_sums = lm.logit_mean_sums(h.detach(), logit_positions);
+    const auto positions = logit_positions.sum(1).to(at::kFloat).to(device);
     auto mean_logits = [&](int64_t first) {
-      const auto tokens = predicted.narrow(0, first, n).sum();
-      return at::where(tokens > 0, logit_sums.narrow(0, first, n).sum() / tokens.clamp_min(1), at::zeros_like(tokens));
+      const auto count = positions.narrow(0, first, n).sum();
+      return at::where(count > 0, logit_sums.narrow(0, first, n).sum() / count.clamp_min(1), at::zeros_like(count));
     };
-    sums.metrics = sums.metrics + at::cat({r.metrics, at::stack({mean_logits(0), mean_logits(n)})}).to(at::kDouble);
+    std::vector<at::Tensor> metrics = {r.metrics, at::stack({mean_logits(0), mean_logits(n)})};
+    if (r.extra.defined()) metrics.push_back(r.extra);
+    sums.metrics = sums.metrics + at::cat(metrics).to(at::kDouble);
   }
   return sums;
 }

@@ -1,9 +1,10 @@
 // Preference tuning's forward-and-loss phase of a step (Note [Training phases]): each micro-batch
-// of pairs (Note [Preference batch]) through the reference (the base, Note [Adapters off]) and the
-// trained model, DPO's loss (Note [DPO loss]) differentiated, its metrics summed on the device.
+// of pairs (Note [Preference batch]) through the trained model, and for DPO and IPO through the
+// reference first (the base, Note [Adapters off]); the objective's loss (Note [DPO loss], Note
+// [Reference-free losses]) differentiated, its metrics summed on the device.
 #pragma once
 
-#include <array>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -19,25 +20,20 @@ namespace qtrain::engine::train {
 struct StepSums {
   at::Tensor loss;     // supervised: this rank's summed token losses; preference: its share of the step's loss
   at::Tensor aux;      // this rank's load-balancing losses, summed
-  at::Tensor metrics;  // preference: kPreferenceMetrics summed over this rank's micro-batches; else undefined
+  at::Tensor metrics;  // preference: preference_metric_names' summed over this rank's micro-batches; else undefined
   int64_t recomputed = 0;
 };
 
-// TRL's names, as metrics.jsonl and TensorBoard show them.
-inline constexpr std::array<const char*, 8> kPreferenceMetrics = {"rewards/chosen",
-                                                                  "rewards/rejected",
-                                                                  "rewards/accuracies",
-                                                                  "rewards/margins",
-                                                                  "logps/chosen",
-                                                                  "logps/rejected",
-                                                                  "logits/chosen",
-                                                                  "logits/rejected"};
+// TRL's names of the metrics of objective `rl` (dpo, ipo, orpo, simpo), as metrics.jsonl and
+// TensorBoard show them: the rewards, logps and logits of the chosen and rejected completions,
+// then the objective's own (ORPO's nll_loss, log_odds_ratio, log_odds_chosen; SimPO's nll_loss).
+std::vector<std::string> preference_metric_names(const std::string& rl);
 
-// Each micro-batch's loss is DPO's (rl: dpo, or ipo) plus aux_coef times its load-balancing loss,
+// Each micro-batch's loss is the objective's (rl) plus aux_coef times its load-balancing loss,
 // differentiated at 1 / step_batches, as the HF Trainer divides by the accumulation steps and DDP
 // averages the ranks; StepSums::loss is the sum of those shares, the step's mean loss once summed
-// over the ranks. The metrics are each micro-batch's means (logits/* weighted by the tokens), as
-// TRL logs one value per micro-batch.
+// over the ranks. The metrics are each micro-batch's means (logits/* weighted by the positions
+// they average over), as TRL logs one value per micro-batch.
 StepSums preference_forward_backward(TrainingRun& run,
                                      const schedule::ExecutionPlan& plan,
                                      const std::vector<std::vector<data::PreferencePair>>& batches,

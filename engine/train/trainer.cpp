@@ -178,7 +178,7 @@ struct StepOutcome {
   bool applied = true;          // false: skipped, its loss or a gradient was not finite
   double grad_norm = 0;         // before clipping, where applied
   bool stop = false;            // a rank was asked to stop by a signal
-  std::vector<double> metrics;  // preference tuning's kPreferenceMetrics, means over the micro-batches
+  std::vector<double> metrics;  // preference tuning's (preference_metric_names), means over the micro-batches
 };
 
 // One decision for every rank: the summed gradients and loss, and a stop if any rank was asked
@@ -273,8 +273,9 @@ double log_window(LogWindow& w,
                           {"comm_seconds", w.comm_seconds / static_cast<double>(steps_in_window)},
                           {"skipped_steps", state.skipped_steps}};
     if (aux_on) row["aux_loss"] = aux;
+    const auto names = w.metrics.empty() ? std::vector<std::string>() : preference_metric_names(c.rl);
     for (size_t i = 0; i < w.metrics.size(); ++i) {
-      row[kPreferenceMetrics[i]] = w.steps > 0 ? w.metrics[i] / w.steps : std::nan("");
+      row[names.at(i)] = w.steps > 0 ? w.metrics[i] / w.steps : std::nan("");
     }
     // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA, and the
     // peak's parts measured beside the plan's: what was allocated when the last forward began, what

@@ -130,9 +130,12 @@ void check_preference_run(const config::RunConfig& c, const model::CausalLM& lm)
   TORCH_CHECK(!c.sample_packing,
               "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
   TORCH_CHECK(c.val_set_size == 0, "rl: evaluating held-out pairs is not built yet; set val_set_size: 0");
-  TORCH_CHECK(lm.trained_norms().empty(),
-              "rl: the reference is the base with the adapters off, and norms trained in full replace the base's "
-              "(lora_modules_to_save or unfrozen_parameters naming norms); train the norms in a supervised run");
+  TORCH_CHECK(c.rl == "orpo" || c.rl == "simpo" || lm.trained_norms().empty(),
+              "rl: ",
+              c.rl,
+              "'s reference is the base with the adapters off, and norms trained in full replace the base's "
+              "(lora_modules_to_save or unfrozen_parameters naming norms); train the norms in a supervised run, or "
+              "use rl: orpo or simpo, which need no reference");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -273,7 +274,79 @@ TEST_F(Trainer, UnfrozenNormsTrainAndAreSavedUnderTheirPaths) {
   EXPECT_EQ(io::load_peft_adapter(next.output_dir).saved_modules.size(), paths.size()) << "the norms carried on";
 }
 
-// rl: dpo and ipo against TRL's DPOTrainer (scripts/reference/dpo_reference.py) on the same
+// Writes `n` pre-tokenized pairs of random ids (below 160) to `path`: pair i has a prompt of 3 + i
+// tokens and completions of chosen(i) and rejected(i) tokens.
+void write_pairs(const fs::path& path,
+                 int n,
+                 const std::function<int64_t(int)>& chosen,
+                 const std::function<int64_t(int)>& rejected) {
+  std::ofstream pairs(path);
+  for (int i = 0; i < n; ++i) {
+    auto ids = [&](int64_t length) {
+      const auto t = at::randint(0, 160, {length}, at::kLong);
+      return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + length);
+    };
+    pairs << nlohmann::json{{"prompt_ids", ids(3 + i)},
+                            {"chosen_ids", ids(chosen(i))},
+                            {"rejected_ids", ids(rejected(i))}}
+                 .dump()
+          << "\n";
+  }
+}
+
+// The rows of a run's metrics.jsonl that log a training loss.
+std::vector<nlohmann::json> logged_steps(const fs::path& output_dir) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(output_dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) rows.push_back(j);
+  }
+  return rows;
+}
+
+// TRL's log of every step of scripts/reference/preference_reference.py run with `args`.
+std::vector<nlohmann::json> trl_logs(const std::string& args) {
+  const std::string cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                          (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_reference.py").string() + " " +
+                          args + " 2>/dev/null";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  EXPECT_EQ(pclose(p), 0) << cmd;
+  // The last line holds the logs (the Trainer prints its own lines before it).
+  const auto body = out.substr(0, out.find_last_not_of('\n') + 1);
+  const auto logs = nlohmann::json::parse(body.substr(body.find_last_of('\n') + 1));
+  return std::vector<nlohmann::json>(logs.begin(), logs.end());
+}
+
+// The run config of a preference test run on the llama fixture from adapter0 (B = 0).
+void write_preference_config(const fs::path& yaml,
+                             const fs::path& base,
+                             const fs::path& adapter,
+                             const std::string& quant,
+                             const std::string& rl_keys,
+                             const std::string& output_dir) {
+  std::ofstream(yaml) << "base_model: " << (base / "base").string() << "\n"
+                      << "lora_model_dir: " << adapter.string() << "\n"
+                      << "load_in_4bit: " << (quant == "nf4" ? "true" : "false") << "\n"
+                      << "lora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n"
+                      << rl_keys << "datasets:\n  - path: pairs.jsonl\n"
+                      << "sequence_len: 64\nmicro_batch_size: 4\nmax_steps: 10\n"
+                      << "learning_rate: 0.002\nlr_scheduler: cosine\nwarmup_steps: 3\n"
+                      << "max_grad_norm: 1.0\ndevice: cpu\nlogging_steps: 1\nseed: 3\n"
+                      << "save_steps: 4\noutput_dir: " << output_dir << "\n";
+}
+
+// The llama fixture's adapter with B = 0, written to `dir`: a no-op adapter to start from.
+void write_zero_adapter(const fs::path& base, const fs::path& dir) {
+  auto start = io::load_peft_adapter(base / "adapter");
+  for (auto& [module, adapter] : start.adapters) adapter.b.detach().zero_();
+  io::save_peft_adapter(dir, start.config, start.adapters, (base / "base").string());
+}
+
+// rl: dpo and ipo against TRL's DPOTrainer (scripts/reference/preference_reference.py) on the same
 // pre-tokenized pairs, every pair in every step, from the same adapter with B = 0 (so TRL's
 // reference, the base with the adapter off, is where both start): the loss and TRL's metrics at
 // each of 10 steps, float32 and NF4 bases. The first loss is ln 2 (float32's) exactly; a resumed
@@ -286,65 +359,28 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
   at::manual_seed(8);
-  {
-    std::ofstream pairs(dir_ / "pairs.jsonl");
-    for (int i = 0; i < 4; ++i) {
-      auto ids = [&](int64_t n) {
-        const auto t = at::randint(0, 160, {n}, at::kLong);
-        return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
-      };
-      pairs << nlohmann::json{{"prompt_ids", ids(3 + i)},
-                              {"chosen_ids", ids(2 + i % 3)},
-                              {"rejected_ids", ids(4 - i % 2)}}
-                   .dump()
-            << "\n";
-    }
-  }
-  auto start = io::load_peft_adapter(base / "adapter");
-  for (auto& [module, adapter] : start.adapters) adapter.b.detach().zero_();
-  io::save_peft_adapter(dir_ / "adapter0", start.config, start.adapters, (base / "base").string());
+  write_pairs(
+      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+  write_zero_adapter(base, dir_ / "adapter0");
   const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
   for (const auto& [quant, rl] :
        std::vector<std::pair<std::string, std::string>>{{"fp32", "dpo"}, {"nf4", "dpo"}, {"fp32", "ipo"}}) {
     SCOPED_TRACE(quant + " " + rl);
     const auto name = "dpo-" + quant + "-" + rl;
-    std::ofstream(dir_ / (name + ".yaml"))
-        << "base_model: " << (base / "base").string() << "\n"
-        << "lora_model_dir: " << (dir_ / "adapter0").string() << "\n"
-        << "load_in_4bit: " << (quant == "nf4" ? "true" : "false") << "\n"
-        << "lora_r: 4\nlora_alpha: 8\nlora_target_linear: true\nrl: " << rl << "\nrl_beta: 0.1\n"
-        << "datasets:\n  - path: pairs.jsonl\n"
-        << "sequence_len: 64\nmicro_batch_size: 4\nmax_steps: 10\n"
-        << "learning_rate: 0.002\nlr_scheduler: cosine\nwarmup_steps: 3\n"
-        << "max_grad_norm: 1.0\ndevice: cpu\nlogging_steps: 1\nseed: 3\n"
-        << "save_steps: 4\noutput_dir: out-" << name << "\n";
+    write_preference_config(
+        dir_ / (name + ".yaml"), base, dir_ / "adapter0", quant, "rl: " + rl + "\nrl_beta: 0.1\n", "out-" + name);
     const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
     ASSERT_EQ(r.steps, 10);
-    std::vector<nlohmann::json> ours;
-    std::ifstream in(r.output_dir / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("loss")) ours.push_back(j);
-    }
-    const std::string cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
-                            (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/dpo_reference.py").string() + " " +
-                            (base / "base").string() + " " + (dir_ / "adapter0").string() + " " +
-                            (dir_ / "pairs.jsonl").string() + " " + tokenizer.string() + " " + quant +
-                            " 10 0.002 3 0.1 " + (rl == "ipo" ? "ipo" : "sigmoid") + " 64 2>/dev/null";
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
-    ASSERT_EQ(pclose(p), 0) << cmd;
-    // The last line holds the logs (the Trainer prints its own lines before it).
-    const auto body = out.substr(0, out.find_last_not_of('\n') + 1);
-    const auto theirs = nlohmann::json::parse(body.substr(body.find_last_of('\n') + 1));
+    const auto ours = logged_steps(r.output_dir);
+    const auto theirs = trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " +
+                                 (dir_ / "pairs.jsonl").string() + " " + tokenizer.string() + " " + quant +
+                                 " 10 0.002 3 0.1 " + (rl == "ipo" ? "ipo" : "sigmoid") + " 64");
     ASSERT_EQ(ours.size(), 10u);
     ASSERT_EQ(theirs.size(), 10u);
     if (rl == "dpo") EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
     for (size_t i = 0; i < 10; ++i) {
       std::vector<std::string> keys = {"loss"};
-      keys.insert(keys.end(), kPreferenceMetrics.begin(), kPreferenceMetrics.end());
+      for (const auto& name : preference_metric_names(rl)) keys.push_back(name);
       for (const auto& key : keys) {
         const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
         // A reward is beta times a difference of log-likelihoods ~100 times its size, so its error
@@ -366,6 +402,61 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
     const auto b = losses(resumed.output_dir);
     ASSERT_EQ(b.size(), 6u);
     for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b[i], ours[4 + i].at("loss").get<double>()) << "step " << i + 5;
+  }
+}
+
+// rl: orpo and simpo against TRL's ORPOTrainer and CPOTrainer (loss_type simpo), as the DPO test
+// above: the loss and every metric of theirs (nll_loss, ORPO's log_odds_ratio and log_odds_chosen
+// too) at each of 10 steps, float32 and NF4 for ORPO, float32 for SimPO with and without the NLL
+// term (cpo_alpha 1 and 0). Every row of a pair has the same length here, so that no padding
+// enters: TRL's logits/* average the padding positions' logits too, which depend on how the
+// padding attends (see preference_step.cpp). Tolerances as the DPO test's; log_odds_chosen,
+// a difference of two mean log-probabilities, scaled by them as the rewards are.
+TEST_F(Trainer, OrpoAndSimpoFollowTrlsTrainersStepForStep) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  at::manual_seed(9);
+  write_pairs(
+      dir_ / "pairs.jsonl", 4, [](int i) { return 9 - i; }, [](int i) { return 9 - i; });
+  write_zero_adapter(base, dir_ / "adapter0");
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  struct Case {
+    std::string quant, rl;
+    double cpo_alpha;
+  };
+  for (const auto& [quant, rl, cpo_alpha] :
+       std::vector<Case>{{"fp32", "orpo", 0}, {"nf4", "orpo", 0}, {"fp32", "simpo", 1.0}, {"fp32", "simpo", 0.0}}) {
+    const auto name = rl + "-" + quant + "-" + std::to_string(static_cast<int>(cpo_alpha));
+    SCOPED_TRACE(name);
+    const std::string keys =
+        rl == "orpo" ? "rl: orpo\norpo_alpha: 0.1\n"
+                     : "rl: simpo\nrl_beta: 2.0\nsimpo_gamma: 0.5\ncpo_alpha: " + std::to_string(cpo_alpha) + "\n";
+    write_preference_config(dir_ / (name + ".yaml"), base, dir_ / "adapter0", quant, keys, "out-" + name);
+    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
+    ASSERT_EQ(r.steps, 10);
+    const auto ours = logged_steps(r.output_dir);
+    const auto theirs =
+        trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " + (dir_ / "pairs.jsonl").string() +
+                 " " + tokenizer.string() + " " + quant + " 10 0.002 3 " +
+                 (rl == "orpo" ? "0.1 orpo 64" : "2.0 simpo 64 0.5 " + std::to_string(cpo_alpha)));
+    ASSERT_EQ(ours.size(), 10u);
+    ASSERT_EQ(theirs.size(), 10u);
+    const double beta = rl == "orpo" ? 0.1 : 2.0;
+    for (size_t i = 0; i < 10; ++i) {
+      std::vector<std::string> keys = {"loss"};
+      for (const auto& key : preference_metric_names(rl)) keys.push_back(key);
+      for (const auto& key : keys) {
+        ASSERT_TRUE(theirs[i].contains(key)) << key;
+        const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+        const double logps = std::abs(theirs[i].at("logps/chosen").get<double>());
+        const double scale = key.starts_with("logits/")                                   ? 1.0
+                             : key.starts_with("rewards/") && key != "rewards/accuracies" ? beta * logps
+                             : key == "log_odds_chosen"                                   ? logps
+                                                                                          : std::abs(b);
+        EXPECT_NEAR(a, b, (quant == "nf4" ? 1e-3 : 2e-5) * scale + 1e-6) << key << " at step " << i + 1;
+      }
+    }
+    EXPECT_LT(ours.back().at("loss").get<double>(), ours.front().at("loss").get<double>());
   }
 }
 

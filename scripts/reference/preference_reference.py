@@ -1,0 +1,93 @@
+"""A preference-tuning run with TRL 1.16 (transformers + peft + bitsandbytes for NF4) that qtrain's
+`rl:` must reproduce: DPOTrainer for `sigmoid` and `ipo`, ORPOTrainer for `orpo`, CPOTrainer with
+loss_type simpo for `simpo`. The same base, the same starting adapter (B = 0, so DPO's reference,
+the base with the adapter off, is where training starts), the same pre-tokenized pairs, every pair
+in every step (so no data order enters), AdamW with a cosine schedule, warmup and clipping as the
+HF Trainer does them, float32. Prints the log of every step (loss and TRL's metrics) as JSON.
+
+    python scripts/reference/preference_reference.py BASE_DIR ADAPTER_DIR PAIRS.jsonl TOKENIZER_DIR QUANT STEPS LR \
+        WARMUP BETA LOSS MAX_LENGTH [SIMPO_GAMMA CPO_ALPHA]
+
+TOKENIZER_DIR only gives the trainer a processing class: the pairs are already token ids, so
+dataset preparation (which would tokenize text) is skipped and the collator pads with id 0.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+
+import torch
+import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
+from datasets import Dataset
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from trl import DPOConfig, DPOTrainer
+from trl.experimental.cpo import CPOConfig, CPOTrainer
+from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+from trl.experimental.utils import DPODataCollatorWithPadding
+from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+
+def tokenized_row(trainer, feature, *args, **kwargs):
+    """ORPOTrainer's and CPOTrainer's tokenize_row for rows that are token ids already."""
+    prompt = feature["prompt_ids"]
+    row = {"prompt_input_ids": prompt, "prompt_attention_mask": [1] * len(prompt)}
+    for side in ["chosen", "rejected"]:
+        completion = feature[f"{side}_ids"]
+        row[f"{side}_input_ids"] = prompt + completion
+        row[f"{side}_attention_mask"] = [1] * (len(prompt) + len(completion))
+        row[f"{side}_labels"] = [-100] * len(prompt) + completion
+    return row
+
+
+def main():
+    base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
+    steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
+    beta, loss_type, max_length = float(sys.argv[9]), sys.argv[10], int(sys.argv[11])
+    kwargs = dict(dtype=torch.float32, device_map="cpu")
+    if quant == "nf4":
+        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                                           bnb_4bit_use_double_quant=True,
+                                                           bnb_4bit_compute_dtype=torch.float32)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, **kwargs), adapter_dir,
+                                      is_trainable=True)
+    rows = [json.loads(line) for line in open(pairs_path) if line.strip()]
+    dataset = Dataset.from_list(rows)
+    common = dict(per_device_train_batch_size=len(rows), gradient_accumulation_steps=1, max_steps=steps,
+                  learning_rate=lr, lr_scheduler_type="cosine", warmup_steps=warmup, max_grad_norm=1.0,
+                  weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, logging_steps=1,
+                  beta=beta, max_length=max_length, report_to=[], use_cpu=True, bf16=False, fp16=False,
+                  gradient_checkpointing=False, save_strategy="no", seed=3, dataloader_drop_last=False,
+                  remove_unused_columns=False)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    with tempfile.TemporaryDirectory() as out:
+        if loss_type in ["sigmoid", "ipo"]:
+            DPOTrainer._prepare_dataset = lambda self, dataset, *args, **kw: dataset  # already token ids
+            trainer = DPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+                                 args=DPOConfig(output_dir=out, loss_type=[loss_type], truncation_mode="keep_start",
+                                                **common),
+                                 data_collator=DataCollatorForPreference(pad_token_id=0, max_length=max_length))
+        else:
+            collator = DPODataCollatorWithPadding(pad_token_id=0)
+            if loss_type == "orpo":
+                ORPOTrainer.tokenize_row = tokenized_row
+                trainer = ORPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+                                      args=ORPOConfig(output_dir=out, padding_value=0, **common),
+                                      data_collator=collator)
+            else:
+                CPOTrainer.tokenize_row = tokenized_row
+                simpo_gamma, cpo_alpha = float(sys.argv[12]), float(sys.argv[13])
+                trainer = CPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+                                     args=CPOConfig(output_dir=out, loss_type="simpo", simpo_gamma=simpo_gamma,
+                                                    cpo_alpha=cpo_alpha, **common),
+                                     data_collator=collator)
+        trainer.train()
+        logs = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
+    print(json.dumps(logs))
+
+
+if __name__ == "__main__":
+    main()
