@@ -52,14 +52,32 @@ PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t 
   return b;
 }
 
-std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path, int64_t vocab_size) {
+std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path,
+                                                  int64_t vocab_size,
+                                                  const PreferenceRowTokenizer& text) {
   std::vector<PreferencePair> pairs;
   for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+    if (!row.contains("prompt_ids") && !row.contains("chosen_ids") && row.contains("chosen")) {
+      TORCH_CHECK(text != nullptr,
+                  where,
+                  ": a preference row of text or messages needs the model's tokenizer (tokenizer.json beside the "
+                  "base model, or tokenizer_config); or give TRL's tokenized \"prompt_ids\", \"chosen_ids\" and "
+                  "\"rejected_ids\"");
+      auto p = text(row, where);
+      check_ids(p.prompt, "prompt", vocab_size, false, where);
+      check_ids(p.chosen, "chosen", vocab_size, false, where);
+      check_ids(p.rejected, "rejected", vocab_size, false, where);
+      TORCH_CHECK(!p.chosen.empty() && !p.rejected.empty(),
+                  where,
+                  ": \"chosen\" and \"rejected\" must each tokenize to a token past the prompt");
+      pairs.push_back(std::move(p));
+      return;
+    }
     for (const char* key : {"prompt_ids", "chosen_ids", "rejected_ids"}) {
       TORCH_CHECK(row.contains(key),
                   where,
                   ": a preference row needs \"prompt_ids\", \"chosen_ids\" and \"rejected_ids\" (TRL's tokenized "
-                  "pairs); it has no \"",
+                  "pairs), or \"chosen\" and \"rejected\" as text or messages; it has no \"",
                   key,
                   "\"");
     }

@@ -14,9 +14,12 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/data/data_loader.h"
 
@@ -36,10 +39,18 @@ struct PreferenceBatch {
 
 PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t max_length, int64_t pad_id);
 
-// A JSONL (or .json) file of pre-tokenized pairs: "prompt_ids", "chosen_ids", "rejected_ids", as
-// TRL tokenizes them. Every id must be in [0, vocab_size); each completion must have a token.
-// Errors name the file, the line and the key.
-std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path, int64_t vocab_size);
+// Makes the pair of a row that is not pre-tokenized (text or a conversation: preference_rows.h);
+// `where` names the file and line for errors.
+using PreferenceRowTokenizer =
+    std::function<PreferencePair(const nlohmann::ordered_json& row, const std::string& where)>;
+
+// A JSONL (or .json) file of pairs: pre-tokenized rows ("prompt_ids", "chosen_ids",
+// "rejected_ids", as TRL tokenizes them), or rows of text or conversations that `text` tokenizes
+// (refused where it is null). Every id must be in [0, vocab_size); each completion must have a
+// token. Errors name the file, the line and the key.
+std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path,
+                                                  int64_t vocab_size,
+                                                  const PreferenceRowTokenizer& text = nullptr);
 
 // Micro-batches of pairs, epoch after epoch: epoch e visits the pairs in the order
 // seeded_permutation(n, seed + e), micro_batch_size at a time (the epoch's last may be smaller),

@@ -13,6 +13,7 @@
 #include "engine/config/dataset_split.h"
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
+#include "engine/data/preference_rows.h"
 #include "engine/data/prepared_cache.h"
 #include "engine/data/special_tokens.h"
 #include "engine/train/progress_line.h"
@@ -132,26 +133,55 @@ std::vector<data::Sample> load_one(const config::RunConfig& c,
 
 std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig& c,
                                                         int64_t vocab_size,
+                                                        const data::TextTokenizer* tokenizer,
                                                         std::FILE* log) {
   std::vector<data::PreferencePair> pairs;
   for (const auto& d : c.datasets) {
     TORCH_CHECK(d.type.empty() || d.type == "pretokenized",
                 "dataset ",
                 d.path.string(),
-                ": rl reads pre-tokenized pairs (prompt_ids, chosen_ids, rejected_ids) and this entry has type ",
+                ": rl reads pairs as TRL's DPOTrainer does (\"prompt\", \"chosen\", \"rejected\" as text or "
+                "messages, or their tokenized \"prompt_ids\", \"chosen_ids\", \"rejected_ids\"), and this entry has "
+                "type ",
                 d.type,
-                "; preference rows as text or conversations are not built yet: tokenize them (TRL's DPOTrainer "
-                "writes these three keys) and remove the type");
+                "; axolotl's preference dataset types are not built yet: write the rows in TRL's layout and remove "
+                "the type");
     TORCH_CHECK(d.split.empty() || d.split == "train",
                 "dataset ",
                 d.path.string(),
                 ": rl reads every pair of a file; its split ",
                 d.split,
                 " is not supported yet");
-    auto read = data::read_preference_jsonl(d.path, vocab_size);
-    std::fprintf(log, "dataset %s: %zu preference pairs\n", d.path.c_str(), read.size());
+    // The chat template is parsed at the first conversation.
+    std::optional<text::ChatTemplate> chat_template;
+    data::PreferenceRowTokenizer text;
+    if (tokenizer != nullptr) {
+      text = [&](const nlohmann::ordered_json& row, const std::string& where) {
+        if (!chat_template && data::is_conversational_row(row)) {
+          auto source = d.chat_template_source.empty() ? tokenizer->chat_template() : d.chat_template_source;
+          if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
+          if (source) chat_template.emplace(*source);
+        }
+        return data::tokenize_preference_row(row, *tokenizer, chat_template ? &*chat_template : nullptr, where);
+      };
+    }
+    auto read = data::read_preference_jsonl(d.path, vocab_size, text);
+    const auto read_count = read.size();
+    // TRL's keep_start truncation would leave no completion token of these.
+    std::erase_if(
+        read, [&](const data::PreferencePair& p) { return static_cast<int64_t>(p.prompt.size()) >= c.sequence_len; });
+    std::fprintf(log,
+                 "dataset %s: %zu preference pairs, %zu whose prompt fills sequence_len %lld dropped\n",
+                 d.path.c_str(),
+                 read.size(),
+                 read_count - read.size(),
+                 static_cast<long long>(c.sequence_len));
     pairs.insert(pairs.end(), std::make_move_iterator(read.begin()), std::make_move_iterator(read.end()));
   }
+  TORCH_CHECK(!pairs.empty(),
+              "rl: no preference pair is left: every prompt fills sequence_len ",
+              c.sequence_len,
+              "; raise sequence_len");
   return pairs;
 }
 

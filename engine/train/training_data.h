@@ -35,10 +35,14 @@ std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
                                                 std::FILE* log = stdout,
                                                 bool progress = true);
 
-// Preference tuning's pairs (rl): every dataset of the config read as pre-tokenized pairs
-// (data::read_preference_jsonl), in order; one line per dataset to `log`.
+// Preference tuning's pairs (rl): every dataset of the config, in order, as pre-tokenized pairs or
+// as rows of text or conversations tokenized by `tokenizer` (null: such rows are refused) and the
+// dataset's chat template, as TRL's DPOTrainer does (data::read_preference_jsonl,
+// data/preference_rows.h). A pair whose prompt alone fills sequence_len is dropped, as TRL drops
+// it (nothing of its completions would be left). One line per dataset to `log`.
 std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig& c,
                                                         int64_t vocab_size,
+                                                        const data::TextTokenizer* tokenizer,
                                                         std::FILE* log = stdout);
 
 // `qtrain preprocess`: the samples as JSONL, one {"input_ids": [...], "labels": [...]} per line,

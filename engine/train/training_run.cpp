@@ -276,7 +276,7 @@ TrainingRun set_up_training(
   if (!c.rl.empty()) {
     // Preference tuning: pairs (Note [Preference batch]).
     check_preference_run(c, lm);
-    auto read = load_preference_pairs(c, lm.config().vocab_size, out);
+    auto read = load_preference_pairs(c, lm.config().vocab_size, tokenizer.get(), out);
     train_rows = read.size();
     pairs = std::make_unique<data::PairLoader>(std::move(read), c.micro_batch_size, static_cast<uint64_t>(c.seed));
   } else {

@@ -27,6 +27,7 @@
 #include "engine/train/run_state.h"
 #include "engine/train/trainer.h"
 #include "tests/reference.h"
+#include "tests/run_command.h"
 
 namespace qtrain::engine::train {
 namespace {
@@ -307,16 +308,12 @@ std::vector<nlohmann::json> logged_steps(const fs::path& output_dir) {
 
 // TRL's log of every step of scripts/reference/preference_reference.py run with `args`.
 std::vector<nlohmann::json> trl_logs(const std::string& args) {
-  const std::string cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
-                          (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_reference.py").string() + " " +
-                          args + " 2>/dev/null";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
-  EXPECT_EQ(pclose(p), 0) << cmd;
+  const auto r = test::run_command(
+      std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+      (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_reference.py").string() + " " + args);
+  EXPECT_EQ(r.status, 0) << args;
   // The last line holds the logs (the Trainer prints its own lines before it).
-  const auto body = out.substr(0, out.find_last_not_of('\n') + 1);
+  const auto body = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
   const auto logs = nlohmann::json::parse(body.substr(body.find_last_of('\n') + 1));
   return std::vector<nlohmann::json>(logs.begin(), logs.end());
 }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -88,6 +90,36 @@ TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
   threads.dataset_processes = 5;
   EXPECT_EQ(load_training_samples(threads, &tok_).size(), 3u);
   EXPECT_EQ(entries(dir_ / "prepared"), 7u);
+}
+
+// rl: the pairs of a run come from rows of text and conversations (the config's chat_template
+// rendering them), and a pair whose prompt alone fills sequence_len is dropped and counted, as
+// TRL's DPOTrainer drops it.
+TEST_F(TrainingDataTest, PreferencePairsComeFromTextAndConversationsAndFullPromptsAreDropped) {
+  std::ofstream(dir_ / "pairs.jsonl")
+      << "{\"prompt\": \"ab\", \"chosen\": \"c\", \"rejected\": \"d\"}\n"
+      << "{\"chosen\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}],"
+      << " \"rejected\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"no\"}]}\n"
+      << "{\"prompt\": \"a prompt longer than sixty-four bytes, which the byte tokenizer makes as many tokens\","
+      << " \"chosen\": \"c\", \"rejected\": \"d\"}\n";
+  const auto c = config::parse_run_config(
+      "base_model: model\nlora_target_linear: true\nsequence_len: 64\nrl: dpo\nchat_template: chatml\n"
+      "datasets:\n  - path: pairs.jsonl\n",
+      "run.yaml",
+      dir_);
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* log = open_memstream(&text, &size);
+  const auto pairs = load_preference_pairs(c, tok_.vocab_size(), &tok_, log);
+  std::fclose(log);
+  const std::string logged(text, size);
+  std::free(text);
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(tok_.decode(pairs[0].chosen, false), "c" + tok_.eos_token()) << "the EOS text appended";
+  EXPECT_EQ(tok_.decode(pairs[1].prompt, false), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(tok_.decode(pairs[1].chosen, false), "yo<|im_end|>\n");
+  EXPECT_NE(logged.find("2 preference pairs, 1 whose prompt fills sequence_len 64 dropped"), std::string::npos)
+      << logged;
 }
 
 TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {

@@ -1,0 +1,50 @@
+"""Pairs as TRL 1.16's DPOTrainer prepares them from text or conversation rows, that qtrain's
+reading of preference rows (engine/data/preference_rows.h) must reproduce: the prompt extracted
+where a row has none, the end-of-sequence text appended to plain-text completions, the prompt and
+each prompt + completion tokenized (a conversation through the tokenizer's chat template), and the
+completions split off where the tokenized prompt and prompt + completion diverge. Runs the
+trainer's own _prepare_dataset; prints one JSON row of prompt_ids, chosen_ids and rejected_ids per
+input row.
+
+    python scripts/reference/preference_tokenize.py TOKENIZER_DIR ROWS.jsonl [TEMPLATE.jinja]
+
+Each row is prepared on its own (TRL decides text or conversation, and whether to extract the
+prompt, from a dataset's first row). TEMPLATE.jinja, where given, is the chat template.
+"""
+
+import json
+import logging
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
+logging.disable(logging.WARNING)
+
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import DPOConfig, DPOTrainer
+
+
+class _Trainer:
+    """What DPOTrainer._prepare_dataset reads of the trainer."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+
+def main():
+    tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+    if len(sys.argv) > 3:
+        tokenizer.chat_template = open(sys.argv[3]).read()
+    rows = [json.loads(line) for line in open(sys.argv[2]) if line.strip()]
+    with tempfile.TemporaryDirectory() as out:
+        args = DPOConfig(output_dir=out, report_to=[], use_cpu=True)
+        for row in rows:
+            prepared = DPOTrainer._prepare_dataset(_Trainer(tokenizer), Dataset.from_list([row]), tokenizer, args,
+                                                   "train")[0]
+            print(json.dumps({k: prepared[k] for k in ["prompt_ids", "chosen_ids", "rejected_ids"]}))
+
+
+if __name__ == "__main__":
+    main()
