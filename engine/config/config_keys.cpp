@@ -35,9 +35,27 @@ const std::vector<std::string> kChatDatasetKeys = {"field_messages",
                                                    "chat_template",
                                                    "chat_template_jinja"};
 
+const std::vector<std::string> kPreferenceDatasetKeys = {"field_chosen", "field_rejected"};
+
+const std::vector<std::string> kPreferenceDatasetTypes = {"chat_template.argilla_chat",
+                                                          "chat_template.default",
+                                                          "chatml.argilla",
+                                                          "chatml.argilla_chat",
+                                                          "chatml.icr",
+                                                          "chatml.intel",
+                                                          "chatml.prompt_pairs",
+                                                          "chatml.ultra",
+                                                          "llama3.argilla_chat",
+                                                          "llama3.default",
+                                                          "llama3.icr",
+                                                          "llama3.intel",
+                                                          "llama3.prompt_pairs",
+                                                          "llama3.ultra"};
+
 const std::vector<std::string> kDatasetKeys = [] {
   std::vector<std::string> keys = {"path", "type", "ds_type", "split", "field"};
   keys.insert(keys.end(), kChatDatasetKeys.begin(), kChatDatasetKeys.end());
+  keys.insert(keys.end(), kPreferenceDatasetKeys.begin(), kPreferenceDatasetKeys.end());
   return keys;
 }();
 
@@ -158,6 +176,14 @@ const std::vector<std::string>& bnb_kwargs_keys() {
 
 const std::vector<std::string>& dataset_keys() {
   return kDatasetKeys;
+}
+
+const std::vector<std::string>& preference_dataset_keys() {
+  return kPreferenceDatasetKeys;
+}
+
+const std::vector<std::string>& preference_dataset_types() {
+  return kPreferenceDatasetTypes;
 }
 
 const std::vector<std::string>& chat_dataset_keys() {

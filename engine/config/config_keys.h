@@ -23,6 +23,10 @@ const std::vector<std::string>& bnb_kwargs_keys();
 // type: chat_template.
 const std::vector<std::string>& dataset_keys();
 const std::vector<std::string>& chat_dataset_keys();
+// The keys that apply only to the chat_template.* preference types (field_chosen, field_rejected).
+const std::vector<std::string>& preference_dataset_keys();
+// axolotl's preference dataset types qtrain reads (engine/data/preference_types.h), sorted.
+const std::vector<std::string>& preference_dataset_types();
 
 // An axolotl key qtrain does not implement: accepted only with a value that asks for nothing.
 struct RefusedKey {

@@ -17,9 +17,23 @@ namespace fs = std::filesystem;
 
 template <class ValueOf>
 void Reader::read_chat_keys(DatasetConfig& d, const ValueOf& value_of) const {
+  // The chat_template.* preference types read the message keys and the template too.
+  const bool chat = d.type == "chat_template" || d.type.starts_with("chat_template.");
+  for (const std::string& name : preference_dataset_keys()) {
+    const Entry* e = value_of(name);
+    if (!e) continue;
+    if (!d.type.starts_with("chat_template.")) {
+      fail(e->key_place(),
+           e->key,
+           name +
+               " applies only to types chat_template.default and chat_template.argilla_chat (this dataset's type is " +
+               (d.type.empty() ? std::string("not set") : d.type) + "); remove it");
+    }
+    (name == "field_chosen" ? d.field_chosen : d.field_rejected) = text_of(*e, name + ": " + name.substr(6));
+  }
   for (const std::string& name : chat_dataset_keys()) {
     const Entry* e = value_of(name);
-    if (e && d.type != "chat_template") {
+    if (e && !chat) {
       fail(e->key_place(),
            e->key,
            name + " applies only to type: chat_template (this dataset's type is " +
@@ -193,11 +207,14 @@ DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
     if (!problem.empty()) split->fail_value(problem);
   }
   if (const Entry* type = value_of("type")) {
+    std::vector<std::string> types = {"completion", "alpaca", "input_output", "chat_template", "pretokenized"};
+    types.insert(types.end(), preference_dataset_types().begin(), preference_dataset_types().end());
     d.type = choice_of(*type,
-                       {"completion", "alpaca", "input_output", "chat_template", "pretokenized"},
+                       types,
                        "use completion (a text field), alpaca (instruction/input/output), input_output "
                        "(segments), chat_template (messages) or pretokenized (input_ids), or leave type out for "
-                       "rows that carry input_ids",
+                       "rows that carry input_ids; with rl, one of axolotl's preference types (chatml.intel, "
+                       "llama3.default, chat_template.default, ...) or none for TRL's prompt/chosen/rejected rows",
                        {});
   }
   if (const Entry* field = value_of("field")) {

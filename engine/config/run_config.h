@@ -50,6 +50,9 @@ struct DatasetConfig {
   // read.
   std::string message_field_training;
   std::string message_field_training_detail;
+  // The chat_template.* preference types: the row keys of the chosen and rejected completions.
+  std::string field_chosen = "chosen";
+  std::string field_rejected = "rejected";
   // Drop a leading system turn (after the row's "system" key is prepended).
   bool drop_system_message = false;
   // roles: source role -> template role, on top of the built-in human -> user, gpt -> assistant.

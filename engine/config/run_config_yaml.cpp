@@ -21,6 +21,22 @@ std::string datasets_yaml(const std::vector<DatasetConfig>& datasets) {
     if (d.type == "completion") {
       out << "    field: " << yaml_quoted(d.field) << "\n";
     }
+    if (d.type.starts_with("chat_template.")) {
+      // The chat_template.* preference types (engine/data/preference_types.h).
+      out << "    field_messages: " << yaml_quoted(d.field_messages) << "\n";
+      out << "    field_chosen: " << yaml_quoted(d.field_chosen) << "\n";
+      out << "    field_rejected: " << yaml_quoted(d.field_rejected) << "\n";
+      out << "    message_property_mappings: {role: " << yaml_quoted(d.message_role)
+          << ", content: " << yaml_quoted(d.message_content) << "}\n";
+      if (!d.roles.empty()) {
+        out << "    roles:\n";
+        for (const auto& [source, role] : d.roles)
+          out << "      " << yaml_quoted(role) << ": [" << yaml_quoted(source) << "]\n";
+      }
+      if (!d.chat_template.empty()) out << "    chat_template: " << d.chat_template << "\n";
+      if (!d.chat_template_jinja.empty())
+        out << "    chat_template_jinja: " << yaml_quoted(d.chat_template_jinja) << "\n";
+    }
     if (d.type == "chat_template") {
       out << "    field_messages: " << yaml_quoted(d.field_messages) << "\n";
       out << "    message_property_mappings: {role: " << yaml_quoted(d.message_role)

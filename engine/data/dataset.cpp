@@ -1,5 +1,6 @@
 // See dataset.h.
 #include "engine/data/dataset.h"
+#include "engine/data/preference_types.h"
 
 #include <algorithm>
 #include <cctype>
@@ -182,6 +183,11 @@ std::vector<Sample> load_dataset(const config::DatasetConfig& d,
               path.has_extension() ? path.extension().string() : "(no extension)",
               "'; qtrain reads JSON Lines (.jsonl, one JSON object per line) or a JSON array of rows (.json)");
   const std::string type = d.type.empty() ? "pretokenized" : d.type;
+  TORCH_CHECK(!is_preference_type(type),
+              path.string(),
+              ": dataset type '",
+              d.type,
+              "' holds preference pairs; train on them with rl: dpo (or ipo, orpo, simpo), or give a supervised type");
   TORCH_CHECK(type == "pretokenized" || type == "completion" || type == "alpaca" || type == "input_output" ||
                   type == "chat_template",
               path.string(),

@@ -54,10 +54,11 @@ PreferenceBatch collate_pairs(const std::vector<PreferencePair>& pairs, int64_t 
 
 std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path,
                                                   int64_t vocab_size,
-                                                  const PreferenceRowTokenizer& text) {
+                                                  const PreferenceRowTokenizer& text,
+                                                  bool all_text) {
   std::vector<PreferencePair> pairs;
   for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
-    if (!row.contains("prompt_ids") && !row.contains("chosen_ids") && row.contains("chosen")) {
+    if (all_text || (!row.contains("prompt_ids") && !row.contains("chosen_ids") && row.contains("chosen"))) {
       TORCH_CHECK(text != nullptr,
                   where,
                   ": a preference row of text or messages needs the model's tokenizer (tokenizer.json beside the "

@@ -48,9 +48,11 @@ using PreferenceRowTokenizer =
 // "rejected_ids", as TRL tokenizes them), or rows of text or conversations that `text` tokenizes
 // (refused where it is null). Every id must be in [0, vocab_size); each completion must have a
 // token. Errors name the file, the line and the key.
+// With `all_text` every row goes to `text` (a dataset type that reads its own fields).
 std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& path,
                                                   int64_t vocab_size,
-                                                  const PreferenceRowTokenizer& text = nullptr);
+                                                  const PreferenceRowTokenizer& text = nullptr,
+                                                  bool all_text = false);
 
 // Micro-batches of pairs, epoch after epoch: epoch e visits the pairs in the order
 // seeded_permutation(n, seed + e), micro_batch_size at a time (the epoch's last may be smaller),

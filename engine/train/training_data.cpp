@@ -14,6 +14,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/preference_rows.h"
+#include "engine/data/preference_types.h"
 #include "engine/data/prepared_cache.h"
 #include "engine/data/special_tokens.h"
 #include "engine/train/progress_line.h"
@@ -137,35 +138,54 @@ std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig&
                                                         std::FILE* log) {
   std::vector<data::PreferencePair> pairs;
   for (const auto& d : c.datasets) {
-    TORCH_CHECK(d.type.empty() || d.type == "pretokenized",
+    TORCH_CHECK(d.type.empty() || d.type == "pretokenized" || data::is_preference_type(d.type),
                 "dataset ",
                 d.path.string(),
                 ": rl reads pairs as TRL's DPOTrainer does (\"prompt\", \"chosen\", \"rejected\" as text or "
-                "messages, or their tokenized \"prompt_ids\", \"chosen_ids\", \"rejected_ids\"), and this entry has "
-                "type ",
+                "messages, or their tokenized \"prompt_ids\", \"chosen_ids\", \"rejected_ids\") or through one of "
+                "axolotl's preference types (chatml.intel, llama3.default, chat_template.default, ...), and this "
+                "entry has the supervised type ",
                 d.type,
-                "; axolotl's preference dataset types are not built yet: write the rows in TRL's layout and remove "
-                "the type");
+                "; remove the type or give a preference type");
     TORCH_CHECK(d.split.empty() || d.split == "train",
                 "dataset ",
                 d.path.string(),
                 ": rl reads every pair of a file; its split ",
                 d.split,
                 " is not supported yet");
-    // The chat template is parsed at the first conversation.
+    // The chat template is parsed at the first row that needs it.
     std::optional<text::ChatTemplate> chat_template;
+    const bool typed = data::is_preference_type(d.type);
+    auto template_for = [&](bool needed) -> const text::ChatTemplate* {
+      if (needed && !chat_template) {
+        auto source = d.chat_template_source.empty() ? tokenizer->chat_template() : d.chat_template_source;
+        if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
+        if (source) chat_template.emplace(*source);
+      }
+      return chat_template ? &*chat_template : nullptr;
+    };
     data::PreferenceRowTokenizer text;
     if (tokenizer != nullptr) {
       text = [&](const nlohmann::ordered_json& row, const std::string& where) {
-        if (!chat_template && data::is_conversational_row(row)) {
-          auto source = d.chat_template_source.empty() ? tokenizer->chat_template() : d.chat_template_source;
-          if (!source && !d.chat_template_fallback.empty()) source = d.chat_template_fallback;
-          if (source) chat_template.emplace(*source);
-        }
-        return data::tokenize_preference_row(row, *tokenizer, chat_template ? &*chat_template : nullptr, where);
+        // An axolotl type writes TRL's text row first (Note [Preference types]).
+        const auto trl_row = typed ? data::preference_type_row(d,
+                                                               row,
+                                                               template_for(d.type.starts_with("chat_template.")),
+                                                               tokenizer->bos_token(),
+                                                               tokenizer->eos_token(),
+                                                               where)
+                                   : row;
+        return data::tokenize_preference_row(
+            trl_row, *tokenizer, template_for(data::is_conversational_row(trl_row)), where);
       };
     }
-    auto read = data::read_preference_jsonl(d.path, vocab_size, text);
+    TORCH_CHECK(!typed || tokenizer != nullptr,
+                "dataset ",
+                d.path.string(),
+                ": type ",
+                d.type,
+                " writes text, which needs the model's tokenizer (tokenizer.json beside the base model)");
+    auto read = data::read_preference_jsonl(d.path, vocab_size, text, typed);
     const auto read_count = read.size();
     // TRL's keep_start truncation would leave no completion token of these.
     std::erase_if(

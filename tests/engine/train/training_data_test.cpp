@@ -93,8 +93,8 @@ TEST_F(TrainingDataTest, APreparedDatasetIsStoredOnceAndReadBack) {
 }
 
 // rl: the pairs of a run come from rows of text and conversations (the config's chat_template
-// rendering them), and a pair whose prompt alone fills sequence_len is dropped and counted, as
-// TRL's DPOTrainer drops it.
+// rendering them) and from an axolotl preference type, and a pair whose prompt alone fills sequence_len is dropped and
+// counted, as TRL's DPOTrainer drops it.
 TEST_F(TrainingDataTest, PreferencePairsComeFromTextAndConversationsAndFullPromptsAreDropped) {
   std::ofstream(dir_ / "pairs.jsonl")
       << "{\"prompt\": \"ab\", \"chosen\": \"c\", \"rejected\": \"d\"}\n"
@@ -102,9 +102,10 @@ TEST_F(TrainingDataTest, PreferencePairsComeFromTextAndConversationsAndFullPromp
       << " \"rejected\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"no\"}]}\n"
       << "{\"prompt\": \"a prompt longer than sixty-four bytes, which the byte tokenizer makes as many tokens\","
       << " \"chosen\": \"c\", \"rejected\": \"d\"}\n";
+  std::ofstream(dir_ / "intel.jsonl") << "{\"question\": \"q\", \"chosen\": \"a\", \"rejected\": \"b\"}\n";
   const auto c = config::parse_run_config(
       "base_model: model\nlora_target_linear: true\nsequence_len: 64\nrl: dpo\nchat_template: chatml\n"
-      "datasets:\n  - path: pairs.jsonl\n",
+      "datasets:\n  - path: pairs.jsonl\n  - path: intel.jsonl\n    type: chatml.intel\n",
       "run.yaml",
       dir_);
   char* text = nullptr;
@@ -114,7 +115,11 @@ TEST_F(TrainingDataTest, PreferencePairsComeFromTextAndConversationsAndFullPromp
   std::fclose(log);
   const std::string logged(text, size);
   std::free(text);
-  ASSERT_EQ(pairs.size(), 2u);
+  ASSERT_EQ(pairs.size(), 3u);
+  // axolotl's chatml.intel writes the prompt and completions in chatml (Note [Preference types]).
+  EXPECT_NE(tok_.decode(pairs[2].prompt, false).find("<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"),
+            std::string::npos);
+  EXPECT_EQ(tok_.decode(pairs[2].chosen, false), "a<|im_end|>" + tok_.eos_token());
   EXPECT_EQ(tok_.decode(pairs[0].chosen, false), "c" + tok_.eos_token()) << "the EOS text appended";
   EXPECT_EQ(tok_.decode(pairs[1].prompt, false), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(tok_.decode(pairs[1].chosen, false), "yo<|im_end|>\n");
