@@ -165,6 +165,30 @@ std::vector<RunConfigKey> memory_keys() {
          }
          return "auto";
        }},
+      {"bfloat16",
+       section,
+       R"md(`true` \| `false` \| `auto`)md",
+       R"md(none)md",
+       "axolotl",
+       R"md(axolotl's switch for bfloat16 without mixed precision. qtrain has no mixed precision to leave out (it computes in one dtype, with float32 LoRA weights, either way), so it means `bf16` with the same value; an error where `bf16` is also given and differs. Written back as `bf16`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         r.guard({key}, [&] {
+           const Entry* e = r.find(key);
+           if (!e || (e->value.IsScalar() && e->value.Scalar().empty())) return;
+           const std::optional<bool> on = e->value.IsScalar() ? parse_bool(e->value.Scalar()) : std::nullopt;
+           Bf16 value = Bf16::automatic;
+           if (on) {
+             value = *on ? Bf16::on : Bf16::off;
+           } else if (!e->value.IsScalar() || e->value.Scalar() != "auto") {
+             e->fail_value("expected true, false or auto, got " + shown(e->value));
+           }
+           if (r.find("bf16") && c.bf16 != value) {
+             e->fail_value("differs from bf16 (" + r.place_of("bf16") + "); keep one of them");
+           }
+           c.bf16 = value;
+         });
+       },
+       [](const RunConfig&) -> std::string { return "null"; }},
       {"fp16",
        section,
        R"md(bool)md",

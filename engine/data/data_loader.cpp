@@ -62,8 +62,7 @@ std::vector<size_t> seeded_permutation(size_t n, uint64_t seed) {
   return p;
 }
 
-Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t seed) {
-  const size_t n = samples.size();
+std::vector<bool> held_out_rows(size_t n, double val_set_size, uint64_t seed) {
   TORCH_CHECK(std::isfinite(val_set_size) && val_set_size >= 0,
               "val_set_size must be a fraction in [0, 1) or a ",
               "number of rows, got ",
@@ -83,17 +82,17 @@ Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t 
               n,
               " samples and leaves none for training; lower val_set_size or add data");
   const auto held_out = static_cast<size_t>(wanted);
-  Split split;
-  if (held_out == 0) {
-    split.train = std::move(samples);
-    return split;
-  }
-  const auto order = seeded_permutation(n, seed);
   std::vector<bool> is_eval(n, false);
+  if (held_out == 0) return is_eval;
+  const auto order = seeded_permutation(n, seed);
   for (size_t i = 0; i < held_out; ++i) is_eval[order[i]] = true;
-  split.eval.reserve(held_out);
-  split.train.reserve(n - held_out);
-  for (size_t i = 0; i < n; ++i) (is_eval[i] ? split.eval : split.train).push_back(std::move(samples[i]));
+  return is_eval;
+}
+
+Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t seed) {
+  const auto is_eval = held_out_rows(samples.size(), val_set_size, seed);
+  Split split;
+  for (size_t i = 0; i < samples.size(); ++i) (is_eval[i] ? split.eval : split.train).push_back(std::move(samples[i]));
   return split;
 }
 

@@ -29,10 +29,12 @@ std::vector<size_t> seeded_permutation(size_t n, uint64_t seed);
 struct Split {
   std::vector<Sample> train, eval;
 };
-// Holds out rows for evaluation. val_set_size < 1 is a fraction of the rows, rounded up as Hugging
-// Face datasets' train_test_split does (ceil(n * fraction)); >= 1 is a number of rows; 0 holds out
-// none. The rows are the first ones of seeded_permutation(n, seed); both parts keep file order.
-// An error if it would leave no training rows.
+// Which of n rows are held out for evaluation. val_set_size < 1 is a fraction of the rows, rounded
+// up as Hugging Face datasets' train_test_split does (ceil(n * fraction)); >= 1 is a number of
+// rows; 0 holds out none. The rows are the first ones of seeded_permutation(n, seed). An error if
+// it would leave no training rows.
+std::vector<bool> held_out_rows(size_t n, double val_set_size, uint64_t seed);
+// The samples split by held_out_rows; both parts keep file order.
 Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t seed);
 
 // Micro-batches of `samples`, epoch after epoch, in an order fixed by the seed.

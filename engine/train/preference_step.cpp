@@ -4,7 +4,9 @@
 #include <ATen/ATen.h>
 
 #include "engine/lora/adapters_off.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/preference_loss.h"
+#include "ops/host_read.h"
 #include "ops/nn/cross_entropy.h"
 
 namespace qtrain::engine::train {
@@ -42,11 +44,20 @@ std::vector<std::string> preference_metric_names(const std::string& rl) {
   return names;
 }
 
-StepSums preference_forward_backward(TrainingRun& run,
-                                     const schedule::ExecutionPlan& plan,
-                                     const std::vector<std::vector<data::PreferencePair>>& batches,
-                                     const config::RunConfig& c,
-                                     double aux_coef) {
+namespace {
+
+// One micro-batch of pairs: its loss (differentiable where `plan` is a training plan), its
+// load-balancing loss (undefined without one) and its metrics, float32 on the device.
+struct PairBatch {
+  at::Tensor loss, aux, metrics;
+};
+
+// The reference's forward (dpo, ipo), the model's through `plan` (with gradients on a training
+// plan, else under no gradient), and the objective's loss and metrics.
+PairBatch pair_batch(TrainingRun& run,
+                     const schedule::ExecutionPlan& plan,
+                     const std::vector<data::PreferencePair>& pairs,
+                     const config::RunConfig& c) {
   auto& scheduler = *run.scheduler;
   const auto& lm = *run.lm;
   const auto& device = run.options.device;
@@ -54,75 +65,135 @@ StepSums preference_forward_backward(TrainingRun& run,
   const DpoOptions dpo{c.rl_beta, {{c.rl == "ipo" ? DpoLoss::ipo : DpoLoss::sigmoid, 1.0}}};
   const ReferenceFreeOptions free{
       reference_free_objective(c.rl), c.rl == "orpo" ? c.orpo_alpha : c.rl_beta, c.simpo_gamma, c.cpo_alpha};
+  const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
+  const auto ids = b.input_ids.to(device), labels = b.labels.to(device);
+  at::Tensor ref;
+  if (with_reference) {
+    const lora::AdaptersOff off;  // the reference: the base (Note [Adapters off])
+    ref = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+  }
+  at::Tensor h;
+  PairBatch out;
+  if (plan.training()) {
+    scheduler.prepare_training(run.policy, c.gradient_checkpointing_every_k);
+    h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
+    out.aux = scheduler.aux_loss();
+  } else {
+    h = scheduler.eval_hidden(scheduler.prepare_eval(), ids);
+  }
+  const auto logps = lm.sequence_log_probs(h, labels);
+  const int64_t n = b.pairs;
+  // The completion's tokens (IPO's length), and those the positions predict (the averages').
+  const auto completion = (b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat).to(device);
+  const auto predicted = predicting(b.labels).sum(1).to(at::kFloat).to(device);
+  PreferenceLoss r;
+  // The positions whose logits TRL averages: DPO's predict a completion token, ORPO's are every
+  // token of the row but its last, CPO's (SimPO's) every token (TRL's also take the padding's).
+  at::Tensor logit_positions;
+  if (with_reference) {
+    r = dpo_loss({logps.narrow(0, 0, n),
+                  logps.narrow(0, n, n),
+                  ref.narrow(0, 0, n),
+                  ref.narrow(0, n, n),
+                  completion.narrow(0, 0, n),
+                  completion.narrow(0, n, n)},
+                 dpo);
+    logit_positions = predicting(b.labels);
+  } else {
+    const auto avg = logps / predicted.clamp_min(1);
+    at::Tensor nll;
+    if (c.rl == "orpo") {
+      // Over the chosen rows' prompts and completions.
+      const auto chosen_rows = b.row_labels.narrow(0, 0, n);
+      const auto tokens = predicting(chosen_rows).sum().to(at::kFloat).to(device);
+      nll = -lm.sequence_log_probs(h.narrow(0, 0, n), chosen_rows.to(device)).sum() / tokens;
+      logit_positions = predicting(b.row_labels);
+    } else {
+      // Over the chosen completions; CPOTrainer computes none where cpo_alpha is 0.
+      nll = free.cpo_alpha == 0 ? at::zeros({}, logps.options())
+                                : -logps.narrow(0, 0, n).sum() / predicted.narrow(0, 0, n).sum();
+      logit_positions = b.row_labels != ops::kIgnoreIndex;
+    }
+    r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
+  }
+  out.loss = r.loss;
+  const auto logit_sums = lm.logit_mean_sums(h.detach(), logit_positions);
+  const auto positions = logit_positions.sum(1).to(at::kFloat).to(device);
+  auto mean_logits = [&](int64_t first) {
+    const auto count = positions.narrow(0, first, n).sum();
+    return at::where(count > 0, logit_sums.narrow(0, first, n).sum() / count.clamp_min(1), at::zeros_like(count));
+  };
+  std::vector<at::Tensor> metrics = {r.metrics, at::stack({mean_logits(0), mean_logits(n)})};
+  if (r.extra.defined()) metrics.push_back(r.extra);
+  out.metrics = at::cat(metrics);
+  return out;
+}
+
+}  // namespace
+
+StepSums preference_forward_backward(TrainingRun& run,
+                                     const schedule::ExecutionPlan& plan,
+                                     const std::vector<std::vector<data::PreferencePair>>& batches,
+                                     const config::RunConfig& c,
+                                     double aux_coef) {
   const double share = 1.0 / static_cast<double>(run.counts.step_batches);
-  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(device);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(run.options.device);
   StepSums sums{at::zeros({}, f64),
                 at::zeros({}, f64),
                 at::zeros({static_cast<int64_t>(preference_metric_names(c.rl).size())}, f64)};
   for (const auto& pairs : batches) {
-    const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
-    const auto ids = b.input_ids.to(device), labels = b.labels.to(device);
-    at::Tensor ref;
-    if (with_reference) {
-      const lora::AdaptersOff off;  // the reference: the base (Note [Adapters off])
-      ref = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
-    }
-    scheduler.prepare_training(run.policy, c.gradient_checkpointing_every_k);
-    const auto h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
-    const auto logps = lm.sequence_log_probs(h, labels);
-    const int64_t n = b.pairs;
-    // The completion's tokens (IPO's length), and those the positions predict (the averages').
-    const auto completion = (b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat).to(device);
-    const auto predicted = predicting(b.labels).sum(1).to(at::kFloat).to(device);
-    PreferenceLoss r;
-    // The positions whose logits TRL averages: DPO's predict a completion token, ORPO's are every
-    // token of the row but its last, CPO's (SimPO's) every token (TRL's also take the padding's).
-    at::Tensor logit_positions;
-    if (with_reference) {
-      r = dpo_loss({logps.narrow(0, 0, n),
-                    logps.narrow(0, n, n),
-                    ref.narrow(0, 0, n),
-                    ref.narrow(0, n, n),
-                    completion.narrow(0, 0, n),
-                    completion.narrow(0, n, n)},
-                   dpo);
-      logit_positions = predicting(b.labels);
-    } else {
-      const auto avg = logps / predicted.clamp_min(1);
-      at::Tensor nll;
-      if (c.rl == "orpo") {
-        // Over the chosen rows' prompts and completions.
-        const auto chosen_rows = b.row_labels.narrow(0, 0, n);
-        const auto tokens = predicting(chosen_rows).sum().to(at::kFloat).to(device);
-        nll = -lm.sequence_log_probs(h.narrow(0, 0, n), chosen_rows.to(device)).sum() / tokens;
-        logit_positions = predicting(b.row_labels);
-      } else {
-        // Over the chosen completions; CPOTrainer computes none where cpo_alpha is 0.
-        nll = free.cpo_alpha == 0 ? at::zeros({}, logps.options())
-                                  : -logps.narrow(0, 0, n).sum() / predicted.narrow(0, 0, n).sum();
-        logit_positions = b.row_labels != ops::kIgnoreIndex;
-      }
-      r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
-    }
-    auto objective = r.loss;
-    if (const auto& aux = scheduler.aux_loss(); aux.defined()) {
-      objective = objective + aux_coef * aux;
-      sums.aux = sums.aux + aux.detach().to(at::kDouble);
+    const auto b = pair_batch(run, plan, pairs, c);
+    auto objective = b.loss;
+    if (b.aux.defined()) {
+      objective = objective + aux_coef * b.aux;
+      sums.aux = sums.aux + b.aux.detach().to(at::kDouble);
     }
     (objective * share).backward();
-    sums.recomputed += scheduler.stats().layers_recomputed;
+    sums.recomputed += run.scheduler->stats().layers_recomputed;
     sums.loss = sums.loss + objective.detach().to(at::kDouble) * share;
-    const auto logit_sums = lm.logit_mean_sums(h.detach(), logit_positions);
-    const auto positions = logit_positions.sum(1).to(at::kFloat).to(device);
-    auto mean_logits = [&](int64_t first) {
-      const auto count = positions.narrow(0, first, n).sum();
-      return at::where(count > 0, logit_sums.narrow(0, first, n).sum() / count.clamp_min(1), at::zeros_like(count));
-    };
-    std::vector<at::Tensor> metrics = {r.metrics, at::stack({mean_logits(0), mean_logits(n)})};
-    if (r.extra.defined()) metrics.push_back(r.extra);
-    sums.metrics = sums.metrics + at::cat(metrics).to(at::kDouble);
+    sums.metrics = sums.metrics + b.metrics.to(at::kDouble);
   }
   return sums;
+}
+
+PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist::Comm& comm) {
+  at::NoGradGuard no_grad;
+  const auto plan = run.scheduler->prepare_eval();
+  const auto& pairs = run.eval_pairs;
+  const auto batch_size = static_cast<size_t>(c.micro_batch_size);
+  const auto n = static_cast<int64_t>((pairs.size() + batch_size - 1) / batch_size);
+  const int64_t world = comm.world_size();
+  const auto names = preference_metric_names(c.rl);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble).device(run.options.device);
+  // [loss weighted by the batch's pairs, pairs, batches, metrics...]
+  auto sums = at::zeros({3 + static_cast<int64_t>(names.size())}, f64);
+  const bool lockstep = run.sharded != nullptr;
+  for (int64_t i = comm.rank(); i < (n + world - 1) / world * world; i += world) {
+    if (i >= n) {
+      // A sharded base gathers every layer on every rank: pass through the others' forwards.
+      if (lockstep) {
+        for (int k = 0; k < (reference_free(c.rl) ? 1 : 2); ++k) run.scheduler->skip_eval(plan);
+      }
+      continue;
+    }
+    const auto first = pairs.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * batch_size);
+    const std::vector<data::PreferencePair> batch(
+        first, first + static_cast<std::ptrdiff_t>(std::min(batch_size, static_cast<size_t>(pairs.end() - first))));
+    const auto b = pair_batch(run, plan, batch, c);
+    const auto count = static_cast<double>(batch.size());
+    sums = sums +
+           at::cat(
+               {at::stack({b.loss.to(at::kDouble) * count}), at::tensor({count, 1.0}, f64), b.metrics.to(at::kDouble)});
+  }
+  const auto local = ops::read_to_host(sums, "eval: held-out pairs").contiguous();
+  const std::vector<double> host(local.data_ptr<double>(), local.data_ptr<double>() + local.numel());
+  const auto total = sum_over_ranks(comm, host, "summing the evaluation of held-out pairs");
+  PairEvaluation out;
+  out.loss = total[1] > 0 ? total[0] / total[1] : std::nan("");
+  for (size_t k = 0; k < names.size(); ++k) {
+    out.metrics.emplace_back("eval_" + names[k], total[2] > 0 ? total[3 + k] / total[2] : std::nan(""));
+  }
+  return out;
 }
 
 }  // namespace qtrain::engine::train

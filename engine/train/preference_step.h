@@ -5,12 +5,14 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
 #include "engine/config/run_config.h"
 #include "engine/data/preference_pairs.h"
+#include "engine/dist/comm.h"
 #include "engine/schedule/execution_plan.h"
 #include "engine/train/training_run.h"
 
@@ -39,5 +41,15 @@ StepSums preference_forward_backward(TrainingRun& run,
                                      const std::vector<std::vector<data::PreferencePair>>& batches,
                                      const config::RunConfig& c,
                                      double aux_coef);
+
+// The held-out pairs' loss (mean over the pairs, as the HF Trainer's evaluation averages a batch's
+// loss over its rows) and TRL's metrics with the prefix eval_ (means over the micro-batches, as
+// TRL logs the stored ones), the reference and the model under no gradient. Rank r evaluates
+// micro-batches r, r + world_size, ...; the sums are summed over the ranks (one host read).
+struct PairEvaluation {
+  double loss = 0;
+  std::vector<std::pair<std::string, double>> metrics;
+};
+PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist::Comm& comm);
 
 }  // namespace qtrain::engine::train

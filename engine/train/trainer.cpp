@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -459,16 +460,31 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       watchdog.logged_loss(result.last_loss);
     }
     if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
+      // Preference tuning evaluates its held-out pairs by its objective (preference_step.h).
+      const auto pairs = run.pairs ? std::optional(evaluate_pairs(run, c, comm)) : std::nullopt;
       const double eval_loss =
-          evaluate(*run.scheduler, run.split.eval, c, run.pad_id, device, comm, run.sharded != nullptr);
+          pairs ? pairs->loss
+                : evaluate(*run.scheduler, run.split.eval, c, run.pad_id, device, comm, run.sharded != nullptr);
       run.scheduler->prepare_training(run.policy, c.gradient_checkpointing_every_k);  // back to training mode
       const double epoch = static_cast<double>(state.global_step) / static_cast<double>(run.counts.steps_per_epoch);
-      if (metrics) metrics->log({{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}});
+      nlohmann::json row = {{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}};
+      char more[96] = "";
+      if (pairs) {
+        std::map<std::string, double> values;
+        for (const auto& [name, value] : pairs->metrics) row[name] = values[name] = value;
+        std::snprintf(more,
+                      sizeof more,
+                      " | margin %.4f | acc %.2f",
+                      values["eval_rewards/margins"],
+                      values["eval_rewards/accuracies"]);
+      }
+      if (metrics) metrics->log(row);
       std::fprintf(out,
-                   "eval  %lld/%lld | eval_loss %.4f\n",
+                   "eval  %lld/%lld | eval_loss %.4f%s\n",
                    static_cast<long long>(state.global_step),
                    static_cast<long long>(total),
-                   eval_loss);
+                   eval_loss,
+                   more);
       std::fflush(out);
       watchdog.logged_eval();
     }

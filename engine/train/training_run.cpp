@@ -129,7 +129,6 @@ void resume_run(TrainingRun& run, const fs::path& resume, dist::Comm& comm, std:
 void check_preference_run(const config::RunConfig& c, const model::CausalLM& lm) {
   TORCH_CHECK(!c.sample_packing,
               "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
-  TORCH_CHECK(c.val_set_size == 0, "rl: evaluating held-out pairs is not built yet; set val_set_size: 0");
   TORCH_CHECK(c.rl == "orpo" || c.rl == "simpo" || lm.trained_norms().empty(),
               "rl: ",
               c.rl,
@@ -208,6 +207,18 @@ TrainingRun set_up_training(
                 "continue from that adapter with lora_model_dir");
     model::attach_new_lora(lm, lora, static_cast<uint64_t>(c.seed));
   }
+  if (!c.rl.empty() && c.lora_dropout > 0) {
+    // TRL's preference trainers turn every dropout off (disable_dropout, true by default), LoRA's
+    // included; the saved adapter_config.json keeps the configured value, as peft's does.
+    for (auto& layer : lm.layers()) {
+      for (auto* l : layer.linears()) {
+        if (l->lora) l->lora->dropout = 0;
+      }
+    }
+    std::fprintf(out,
+                 "rl: lora_dropout %g is off while training, as TRL's disable_dropout (true by default) turns it off\n",
+                 c.lora_dropout);
+  }
   // Modules trained in full beyond the adapter's: the run's lora_modules_to_save (an adapter from
   // lora_model_dir may lack them; they start from the base's weights) and what unfrozen_parameters
   // unfreezes.
@@ -272,13 +283,18 @@ TrainingRun set_up_training(
   data::Split split;
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<data::PairLoader> pairs;
+  std::vector<data::PreferencePair> eval_pairs;
   size_t train_rows = 0;
   if (!c.rl.empty()) {
-    // Preference tuning: pairs (Note [Preference batch]).
+    // Preference tuning: pairs (Note [Preference batch]), held out as samples are.
     check_preference_run(c, lm);
     auto read = load_preference_pairs(c, lm.config().vocab_size, tokenizer.get(), out);
-    train_rows = read.size();
-    pairs = std::make_unique<data::PairLoader>(std::move(read), c.micro_batch_size, static_cast<uint64_t>(c.seed));
+    const auto is_eval = data::held_out_rows(read.size(), c.val_set_size, static_cast<uint64_t>(c.seed));
+    std::vector<data::PreferencePair> train_pairs;
+    for (size_t i = 0; i < read.size(); ++i) (is_eval[i] ? eval_pairs : train_pairs).push_back(std::move(read[i]));
+    train_rows = train_pairs.size();
+    pairs =
+        std::make_unique<data::PairLoader>(std::move(train_pairs), c.micro_batch_size, static_cast<uint64_t>(c.seed));
   } else {
     // With dataset_prepared_path rank 0 tokenizes and fills the cache first; the others read it.
     const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
@@ -298,8 +314,8 @@ TrainingRun set_up_training(
   const int64_t steps_per_epoch = std::max<int64_t>(1, (batches_per_epoch + step_batches - 1) / step_batches);
   const int64_t total = c.max_steps > 0 ? c.max_steps : steps_per_epoch * c.num_epochs;
   // See Note [Steps per epoch].
-  const int64_t eval_steps =
-      split.eval.empty() ? 0 : eval_interval(c.eval_steps, c.evals_per_epoch, c.num_epochs, total);
+  const size_t held_out = split.eval.size() + eval_pairs.size();
+  const int64_t eval_steps = held_out == 0 ? 0 : eval_interval(c.eval_steps, c.evals_per_epoch, c.num_epochs, total);
   const int64_t save_steps = save_interval(c.save_steps, c.saves_per_epoch, c.num_epochs, total, steps_per_epoch);
   const LrSchedule lr_schedule{lr_schedule_type_from_name(c.lr_scheduler),
                                c.learning_rate,
@@ -310,7 +326,7 @@ TrainingRun set_up_training(
                "evaluation every %lld, checkpoint every %lld (0: none)\n",
                train_rows,
                pairs ? "pairs" : "samples",
-               split.eval.size(),
+               held_out,
                static_cast<long long>(batches_per_epoch),
                static_cast<long long>(total),
                static_cast<long long>(eval_steps),
@@ -381,6 +397,7 @@ TrainingRun set_up_training(
                   .split = std::move(split),
                   .loader = std::move(loader),
                   .pairs = std::move(pairs),
+                  .eval_pairs = std::move(eval_pairs),
                   .counts = {step_batches, share, steps_per_epoch, total, eval_steps, save_steps},
                   .lr_schedule = lr_schedule,
                   .optimizer = std::move(optimizer),

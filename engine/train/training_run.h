@@ -52,6 +52,7 @@ struct TrainingRun {
   data::Split split;
   std::unique_ptr<data::DataLoader> loader;  // supervised fine-tuning's
   std::unique_ptr<data::PairLoader> pairs;   // preference tuning's (rl), in place of the loader
+  std::vector<data::PreferencePair> eval_pairs;  // preference tuning's held-out pairs, file order
   StepCounts counts;
   LrSchedule lr_schedule;
   std::unique_ptr<Optimizer> optimizer;

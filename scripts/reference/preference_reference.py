@@ -6,7 +6,10 @@ in every step (so no data order enters), AdamW with a cosine schedule, warmup an
 HF Trainer does them, float32. Prints the log of every step (loss and TRL's metrics) as JSON.
 
     python scripts/reference/preference_reference.py BASE_DIR ADAPTER_DIR PAIRS.jsonl TOKENIZER_DIR QUANT STEPS LR \
-        WARMUP BETA LOSS MAX_LENGTH [SIMPO_GAMMA CPO_ALPHA]
+        WARMUP BETA LOSS MAX_LENGTH [SIMPO_GAMMA CPO_ALPHA] [--eval EVAL_PAIRS.jsonl EVAL_STEPS]
+
+With --eval the trainer also evaluates EVAL_PAIRS.jsonl (in one batch) every EVAL_STEPS steps, and
+the printed log holds those entries (eval_loss and the eval_ metrics) too.
 
 TOKENIZER_DIR only gives the trainer a processing class: the pairs are already token ids, so
 dataset preparation (which would tokenize text) is skipped and the collator pads with id 0.
@@ -44,6 +47,16 @@ def tokenized_row(trainer, feature, *args, **kwargs):
 
 
 def main():
+    argv = sys.argv
+    eval_dataset, eval_args = None, {}
+    if "--eval" in argv:
+        at = argv.index("--eval")
+        eval_rows = [json.loads(line) for line in open(argv[at + 1]) if line.strip()]
+        eval_dataset = Dataset.from_list(eval_rows)
+        eval_args = dict(eval_strategy="steps", eval_steps=int(argv[at + 2]),
+                         per_device_eval_batch_size=len(eval_rows))
+        argv = argv[:at] + argv[at + 3:]
+    sys.argv = argv
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
     beta, loss_type, max_length = float(sys.argv[9]), sys.argv[10], int(sys.argv[11])
@@ -61,12 +74,12 @@ def main():
                   weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, logging_steps=1,
                   beta=beta, max_length=max_length, report_to=[], use_cpu=True, bf16=False, fp16=False,
                   gradient_checkpointing=False, save_strategy="no", seed=3, dataloader_drop_last=False,
-                  remove_unused_columns=False)
+                  remove_unused_columns=False, **eval_args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     with tempfile.TemporaryDirectory() as out:
         if loss_type in ["sigmoid", "ipo"]:
             DPOTrainer._prepare_dataset = lambda self, dataset, *args, **kw: dataset  # already token ids
-            trainer = DPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+            trainer = DPOTrainer(model=model, train_dataset=dataset, eval_dataset=eval_dataset, processing_class=tokenizer,
                                  args=DPOConfig(output_dir=out, loss_type=[loss_type], truncation_mode="keep_start",
                                                 **common),
                                  data_collator=DataCollatorForPreference(pad_token_id=0, max_length=max_length))
@@ -74,18 +87,21 @@ def main():
             collator = DPODataCollatorWithPadding(pad_token_id=0)
             if loss_type == "orpo":
                 ORPOTrainer.tokenize_row = tokenized_row
-                trainer = ORPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+                trainer = ORPOTrainer(model=model, train_dataset=dataset, eval_dataset=eval_dataset,
+                                      processing_class=tokenizer,
                                       args=ORPOConfig(output_dir=out, padding_value=0, **common),
                                       data_collator=collator)
             else:
                 CPOTrainer.tokenize_row = tokenized_row
                 simpo_gamma, cpo_alpha = float(sys.argv[12]), float(sys.argv[13])
-                trainer = CPOTrainer(model=model, train_dataset=dataset, processing_class=tokenizer,
+                trainer = CPOTrainer(model=model, train_dataset=dataset, eval_dataset=eval_dataset,
+                                     processing_class=tokenizer,
                                      args=CPOConfig(output_dir=out, loss_type="simpo", simpo_gamma=simpo_gamma,
                                                     cpo_alpha=cpo_alpha, **common),
                                      data_collator=collator)
         trainer.train()
-        logs = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
+        logs = [h for h in trainer.state.log_history
+                if ("loss" in h or "eval_loss" in h) and "train_runtime" not in h]
     print(json.dumps(logs))
 
 

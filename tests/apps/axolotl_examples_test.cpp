@@ -234,6 +234,50 @@ TEST_F(AxolotlExamples, LlamaMistralAndQwenExamplesLoadAndTrain) {
   EXPECT_TRUE(adapter.contains("base_model.model.lm_head.weight"));
 }
 
+// axolotl's Mistral DPO QLoRA example (rl: dpo, type chat_template.default with field_messages
+// conversation, chat_template chatml, chatml's special tokens as bos and eos, embeddings and head
+// trained in full, lora_dropout 0.2 that TRL turns off) trains on preference rows in the layout of
+// its dataset, and evaluates its held-out pairs (val_set_size 0.05) by the DPO loss and TRL's
+// eval_ metrics.
+TEST_F(AxolotlExamples, TheMistralDpoExampleTrainsOnItsPreferenceRows) {
+  {
+    std::ofstream pairs(dir_ / "dpo.jsonl");
+    const std::vector<std::string> colours = {"red", "green", "blue", "black", "white"};
+    for (int i = 0; i < 40; ++i) {
+      pairs << nlohmann::json{{"conversation",
+                               {{{"role", "user"}, {"content", "Name colour number " + std::to_string(i % 5)}}}},
+                              {"chosen", {{"role", "assistant"}, {"content", colours[i % 5]}}},
+                              {"rejected", {{"role", "assistant"}, {"content", colours[(i + 1) % 5]}}}}
+                   .dump()
+            << "\n";
+    }
+  }
+  const auto config = example("mistral/dpo/mistral-dpo-qlora.yml",
+                              model(engine::model::Architecture::mistral, "mistral_v01"),
+                              (dir_ / "dpo.jsonl").string());
+  EXPECT_EQ(problems(config), std::vector<std::string>{});
+  const auto out = dir_ / "out-dpo";
+  const auto [status, log] =
+      run(std::string(QTRAIN_BINARY) + " train " + config.string() +
+          " --set max_steps=2 --set sequence_len=128 --set device=cpu --set output_dir=" + out.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("38 training pairs, 2 held out"), std::string::npos) << log;
+  EXPECT_NE(log.find("rl: lora_dropout 0.2 is off while training"), std::string::npos) << log;
+  const auto m = logged(out);
+  expect_finite_losses(m, 2, log);
+  EXPECT_EQ(m.evaluations, 2) << log;
+  std::ifstream metrics(out / "metrics.jsonl");
+  int with_rewards = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    with_rewards += j.contains("rewards/margins") || j.contains("eval_rewards/margins");
+  }
+  EXPECT_EQ(with_rewards, 4) << log;
+  EXPECT_TRUE(fs::exists(out / "checkpoint-2")) << log;
+  const auto adapter = engine::io::SafetensorsFile::open(out / "adapter_model.safetensors");
+  EXPECT_TRUE(adapter.contains("base_model.model.lm_head.weight"));
+}
+
 // mistral/qlora.yml's loss_watchdog_threshold: 5.0 and patience 3 stop a run whose loss stays
 // near ln(4096) = 8.3 (a random model): the end of step 4 sees the third high loss logged (steps
 // 1 to 3), so step 4 is the last, as in axolotl; the adapter is saved.

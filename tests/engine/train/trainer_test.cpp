@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/data/data_loader.h"
 #include "engine/io/hf_folder.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/io/remove_tree.h"
@@ -454,6 +455,69 @@ TEST_F(Trainer, OrpoAndSimpoFollowTrlsTrainersStepForStep) {
       }
     }
     EXPECT_LT(ours.back().at("loss").get<double>(), ours.front().at("loss").get<double>());
+  }
+}
+
+// Held-out pairs (val_set_size) are evaluated by the run's objective at eval_steps: eval_loss and
+// TRL's metrics with the prefix eval_ follow DPOTrainer's and ORPOTrainer's evaluation of the same
+// pairs (those qtrain holds out, given to TRL as its eval_dataset) at both evaluations, within the
+// training comparison's float32 tolerance; the training steps see only the other pairs.
+TEST_F(Trainer, HeldOutPairsAreEvaluatedAsTrlEvaluatesThem) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  at::manual_seed(10);
+  write_pairs(
+      dir_ / "pairs.jsonl", 6, [](int i) { return 9 - i; }, [](int i) { return 9 - i; });
+  write_zero_adapter(base, dir_ / "adapter0");
+  // The pairs qtrain holds out (val_set_size 2, seed 3), written apart for TRL.
+  const auto held_out = data::held_out_rows(6, 2, 3);
+  {
+    std::ifstream in(dir_ / "pairs.jsonl");
+    std::ofstream train_part(dir_ / "train.jsonl"), eval_part(dir_ / "eval.jsonl");
+    std::string line;
+    for (size_t i = 0; std::getline(in, line); ++i) (held_out[i] ? eval_part : train_part) << line << "\n";
+  }
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  for (const std::string rl : {"dpo", "orpo"}) {
+    SCOPED_TRACE(rl);
+    const auto name = "eval-" + rl;
+    write_preference_config(dir_ / (name + ".yaml"),
+                            base,
+                            dir_ / "adapter0",
+                            "fp32",
+                            "rl: " + rl + "\nrl_beta: 0.1\norpo_alpha: 0.1\nval_set_size: 2\neval_steps: 5\n",
+                            "out-" + name);
+    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
+    std::vector<nlohmann::json> ours;
+    std::ifstream in(r.output_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("eval_loss")) ours.push_back(j);
+    }
+    std::vector<nlohmann::json> theirs;
+    for (const auto& j :
+         trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " +
+                  (dir_ / "train.jsonl").string() + " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " +
+                  (rl == "dpo" ? "sigmoid" : "orpo") + " 64 --eval " + (dir_ / "eval.jsonl").string() + " 5")) {
+      if (j.contains("eval_loss")) theirs.push_back(j);
+    }
+    ASSERT_EQ(ours.size(), 2u);
+    ASSERT_EQ(theirs.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(ours[i].at("step"), theirs[i].at("step"));
+      std::vector<std::string> keys = {"eval_loss"};
+      for (const auto& key : preference_metric_names(rl)) keys.push_back("eval_" + key);
+      for (const auto& key : keys) {
+        ASSERT_TRUE(theirs[i].contains(key)) << key;
+        const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+        const double logps = std::abs(theirs[i].at("eval_logps/chosen").get<double>());
+        const double scale = key.starts_with("eval_logits/")                                        ? 1.0
+                             : key.starts_with("eval_rewards/") && key != "eval_rewards/accuracies" ? 0.1 * logps
+                             : key == "eval_log_odds_chosen"                                        ? logps
+                                                                                                    : std::abs(b);
+        EXPECT_NEAR(a, b, 2e-5 * scale + 1e-6) << key << " at evaluation " << i + 1;
+      }
+    }
   }
 }
 
