@@ -121,7 +121,10 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c, const model::Mode
   s.lora = lora_config(c, m);
   s.dtype = compute_dtype(c, at::Device(at::kCUDA, 0));
   s.device = c10::DeviceType::CUDA;
-  s.micro_batch_size = c.micro_batch_size;
+  // Preference tuning runs a micro-batch of B pairs as 2B rows (Note [Preference batch]). DPO's
+  // reference forward comes first, under no gradient, layer by layer: its peak lies below the
+  // trained forward's, which the plan counts.
+  s.micro_batch_size = c.rl.empty() ? c.micro_batch_size : 2 * c.micro_batch_size;
   s.sequence_len = c.sequence_len;
   // The trainer passes segment and position ids only for packed rows (engine/train/trainer.cpp).
   s.segment_mask = c.sample_packing;

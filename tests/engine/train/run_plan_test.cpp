@@ -1,6 +1,7 @@
 // Tests for engine/train/run_plan's longest_sequence_len on Llama-3.1-8B's shapes (QLoRA r 32 on
 // every linear layer, 24 GiB): the length it returns fits and one step of 256 more does not, with
-// and without activation offloading, and offloading the activations makes it longer.
+// and without activation offloading, and offloading the activations makes it longer; a preference
+// run's pairs count as two rows each.
 #include "engine/train/run_plan.h"
 
 #include <gtest/gtest.h>
@@ -40,6 +41,23 @@ TEST(LongestSequenceLen, TheLongestLengthFitsAndOneStepMoreDoesNot) {
     kept = n;
   }
   EXPECT_EQ(longest_sequence_len(qlora_8b(false), model, 4 * kGiB), 0) << "the weights alone do not fit 4 GiB";
+}
+
+// A preference run's micro-batch of B pairs is 2B rows: its plan is a supervised plan of 2B rows
+// (the same activations and transients), and so its longest sequence is shorter.
+TEST(PreferencePlan, APairCountsAsTwoRows) {
+  const auto model = model::preset_config(model::Architecture::llama, "llama3-8b");
+  auto sft = qlora_8b(false);
+  sft.sequence_len = 4096;
+  auto dpo = sft;
+  dpo.rl = "dpo";
+  sft.micro_batch_size = 2;
+  const auto rows = plan_run(sft, model, 24 * kGiB), pairs = plan_run(dpo, model, 24 * kGiB);
+  EXPECT_EQ(pairs.allocated_bytes, rows.allocated_bytes);
+  EXPECT_EQ(pairs.activation_bytes, rows.activation_bytes);
+  sft.micro_batch_size = 1;
+  EXPECT_GT(pairs.activation_bytes, plan_run(sft, model, 24 * kGiB).activation_bytes);
+  EXPECT_LT(longest_sequence_len(dpo, model, 24 * kGiB), longest_sequence_len(sft, model, 24 * kGiB));
 }
 
 }  // namespace
