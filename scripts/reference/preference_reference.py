@@ -22,11 +22,9 @@ import tempfile
 
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
-import torch
-import bnb_oracle  # noqa: F401 (bitsandbytes, the same on every CPU: see Note [bitsandbytes' CPU defects])
 from datasets import Dataset
-from peft import PeftModel
-from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
+from train_reference import load_peft_model  # the same base and adapter as the supervised oracle's
+from transformers import AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 from trl.experimental.cpo import CPOConfig, CPOTrainer
 from trl.experimental.orpo import ORPOConfig, ORPOTrainer
@@ -60,13 +58,7 @@ def main():
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
     beta, loss_type, max_length = float(sys.argv[9]), sys.argv[10], int(sys.argv[11])
-    kwargs = dict(dtype=torch.float32, device_map="cpu")
-    if quant == "nf4":
-        kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                                           bnb_4bit_use_double_quant=True,
-                                                           bnb_4bit_compute_dtype=torch.float32)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, **kwargs), adapter_dir,
-                                      is_trainable=True)
+    model = load_peft_model(base_dir, adapter_dir, quant)
     rows = [json.loads(line) for line in open(pairs_path) if line.strip()]
     dataset = Dataset.from_list(rows)
     common = dict(per_device_train_batch_size=len(rows), gradient_accumulation_steps=1, max_steps=steps,

@@ -20,16 +20,22 @@ from peft.optimizers import create_loraplus_optimizer
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, get_cosine_schedule_with_warmup
 
 
-def main():
-    base_dir, adapter_dir, data_path, quant = sys.argv[1:5]
-    steps, lr, warmup = int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+def load_peft_model(base_dir, adapter_dir, quant):
+    """The base in float32 (NF4 with double quantization where quant is nf4, bitsandbytes' generic
+    path) with the adapter of adapter_dir, trainable."""
     kwargs = dict(dtype=torch.float32, device_map="cpu")
     if quant == "nf4":
         kwargs["quantization_config"] = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
                                                            bnb_4bit_use_double_quant=True,
                                                            bnb_4bit_compute_dtype=torch.float32)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, **kwargs), adapter_dir,
-                                      is_trainable=True)
+    return PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir, **kwargs), adapter_dir,
+                                     is_trainable=True)
+
+
+def main():
+    base_dir, adapter_dir, data_path, quant = sys.argv[1:5]
+    steps, lr, warmup = int(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+    model = load_peft_model(base_dir, adapter_dir, quant)
     model.train()
     rows = [json.loads(line) for line in open(data_path) if line.strip()]
     width = max(len(r["input_ids"]) for r in rows)

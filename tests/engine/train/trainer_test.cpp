@@ -319,6 +319,19 @@ std::vector<nlohmann::json> trl_logs(const std::string& args) {
   return std::vector<nlohmann::json>(logs.begin(), logs.end());
 }
 
+// The size a logged preference value's tolerance is relative to, with `theirs` TRL's row and
+// `prefix` "" or "eval_": a reward is beta times a log-likelihood (or a difference of them ~100
+// times its size), so its error is beta times the log-likelihood's; log_odds_chosen is a
+// difference of mean log-probabilities, scaled by them likewise; logits/* is a mean over the
+// vocabulary of logits of size ~1; anything else its own size.
+double tolerance_scale(const std::string& key, const nlohmann::json& theirs, double beta, const std::string& prefix) {
+  const double logps = std::abs(theirs.at(prefix + "logps/chosen").get<double>());
+  if (key.starts_with(prefix + "logits/")) return 1.0;
+  if (key.starts_with(prefix + "rewards/") && key != prefix + "rewards/accuracies") return beta * logps;
+  if (key == prefix + "log_odds_chosen") return logps;
+  return std::abs(theirs.at(key).get<double>());
+}
+
 // The run config of a preference test run on the llama fixture from adapter0 (B = 0).
 void write_preference_config(const fs::path& yaml,
                              const fs::path& base,
@@ -381,12 +394,7 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
       for (const auto& name : preference_metric_names(rl)) keys.push_back(name);
       for (const auto& key : keys) {
         const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-        // A reward is beta times a difference of log-likelihoods ~100 times its size, so its error
-        // is theirs times beta; logits/* is a mean over the vocabulary of logits of size ~1.
-        const double scale = key.starts_with("logits/") ? 1.0
-                             : key.starts_with("rewards/") && key != "rewards/accuracies"
-                                 ? 0.1 * std::abs(theirs[i].at("logps/chosen").get<double>())
-                                 : std::abs(b);
+        const double scale = tolerance_scale(key, theirs[i], 0.1, "");
         EXPECT_NEAR(a, b, (quant == "nf4" ? 1e-3 : 2e-5) * scale + 1e-6) << key << " at step " << i + 1;
       }
     }
@@ -446,11 +454,7 @@ TEST_F(Trainer, OrpoAndSimpoFollowTrlsTrainersStepForStep) {
       for (const auto& key : keys) {
         ASSERT_TRUE(theirs[i].contains(key)) << key;
         const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-        const double logps = std::abs(theirs[i].at("logps/chosen").get<double>());
-        const double scale = key.starts_with("logits/")                                   ? 1.0
-                             : key.starts_with("rewards/") && key != "rewards/accuracies" ? beta * logps
-                             : key == "log_odds_chosen"                                   ? logps
-                                                                                          : std::abs(b);
+        const double scale = tolerance_scale(key, theirs[i], beta, "");
         EXPECT_NEAR(a, b, (quant == "nf4" ? 1e-3 : 2e-5) * scale + 1e-6) << key << " at step " << i + 1;
       }
     }
@@ -510,11 +514,7 @@ TEST_F(Trainer, HeldOutPairsAreEvaluatedAsTrlEvaluatesThem) {
       for (const auto& key : keys) {
         ASSERT_TRUE(theirs[i].contains(key)) << key;
         const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-        const double logps = std::abs(theirs[i].at("eval_logps/chosen").get<double>());
-        const double scale = key.starts_with("eval_logits/")                                        ? 1.0
-                             : key.starts_with("eval_rewards/") && key != "eval_rewards/accuracies" ? 0.1 * logps
-                             : key == "eval_log_odds_chosen"                                        ? logps
-                                                                                                    : std::abs(b);
+        const double scale = tolerance_scale(key, theirs[i], 0.1, "eval_");
         EXPECT_NEAR(a, b, 2e-5 * scale + 1e-6) << key << " at evaluation " << i + 1;
       }
     }
