@@ -7,6 +7,11 @@
 #                                             with -L parsers it builds only the parser tests.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# ctest runs nproc tests at once and each computes on nproc OpenMP threads: threads that spin
+# while they wait (OpenMP's default) take the cores the other test's threads need. Waiting
+# passively changes no result (the thread count is the same) and took the MemoryEstimate and
+# MoeSchedule tests from 215 s to 12 s with -j2 on 2 cores (docs/BENCHMARKS.md, "Test time").
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 if [ "${1:-}" != "--sanitize" ]; then
   build="${QTRAIN_BUILD:-$root/build}"
   "$root/scripts/build.sh"

@@ -555,16 +555,23 @@ TEST(MemoryEstimateActivationsMoe, Gemma4MatchesWhatAForwardKeepsOnTheCpu) {
 
 // Qwen3-MoE and Mixtral: 8 experts of width 88, top-2, on every layer, with LoRA dropout too
 // (Mixtral keeps its routing weights in float32).
-TEST(MemoryEstimateActivationsMoe, Qwen3MoeAndMixtralMatchWhatAForwardKeepsOnTheCpu) {
-  for (const auto arch : {model::Architecture::qwen3_moe, model::Architecture::mixtral}) {
-    SCOPED_TRACE(model::architecture_name(arch));
-    auto config = activations_config(arch);
-    ASSERT_TRUE(config.moe.has_value());
-    config.moe->sparse.assign(config.num_layers, true);
-    config.moe->expert_intermediate_size = 88;
-    check_activations(config);
-  }
+// Qwen3-MoE and Mixtral, one test each so that ctest runs them side by side.
+class MemoryEstimateActivationsSparse : public testing::TestWithParam<model::Architecture> {};
+
+TEST_P(MemoryEstimateActivationsSparse, MatchWhatAForwardKeepsOnTheCpu) {
+  auto config = activations_config(GetParam());
+  ASSERT_TRUE(config.moe.has_value());
+  config.moe->sparse.assign(config.num_layers, true);
+  config.moe->expert_intermediate_size = 88;
+  check_activations(config);
 }
+
+INSTANTIATE_TEST_SUITE_P(Moe,
+                         MemoryEstimateActivationsSparse,
+                         testing::Values(model::Architecture::qwen3_moe, model::Architecture::mixtral),
+                         [](const testing::TestParamInfo<model::Architecture>& info) {
+                           return model::architecture_name(info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Architectures,
                          MemoryEstimateActivations,
@@ -629,18 +636,27 @@ void check_step_peak(const model::ModelConfig& config) {
   qtrain::engine::io::remove_tree(dir);
 }
 
-TEST(MemoryEstimateStep, TheStepsPeakIsNeverAboveWhatThePlanReserves) {
-  check_step_peak(activations_config(model::Architecture::llama));
-  for (const auto arch : {model::Architecture::gemma2, model::Architecture::gemma4}) {
-    check_step_peak(activations_config(arch));
-  }
+// One test per architecture, so that ctest runs them side by side (each takes a minute or more).
+class MemoryEstimateStep : public testing::TestWithParam<model::Architecture> {};
+
+TEST_P(MemoryEstimateStep, TheStepsPeakIsNeverAboveWhatThePlanReserves) {
+  check_step_peak(activations_config(GetParam()));
 }
 
-TEST(MemoryEstimateStep, TheStepsPeakOfMoeLayersIsNeverAboveWhatThePlanReserves) {
+INSTANTIATE_TEST_SUITE_P(
+    Families,
+    MemoryEstimateStep,
+    testing::Values(model::Architecture::llama, model::Architecture::gemma2, model::Architecture::gemma4),
+    [](const testing::TestParamInfo<model::Architecture>& info) { return model::architecture_name(info.param); });
+
+TEST(MemoryEstimateStepMoe, TheStepsPeakOfQwen3MoeLayersIsNeverAboveWhatThePlanReserves) {
   auto qwen = activations_config(model::Architecture::qwen3_moe);
   qwen.moe->sparse.assign(qwen.num_layers, true);
   qwen.moe->expert_intermediate_size = 88;
   check_step_peak(qwen);
+}
+
+TEST(MemoryEstimateStepMoe, TheStepsPeakOfGemma4MoeLayersIsNeverAboveWhatThePlanReserves) {
   auto gemma = activations_config(model::Architecture::gemma4);
   gemma.moe = model::gemma4_moe_config(gemma.num_layers, 6, 2, 40);
   check_step_peak(gemma);
