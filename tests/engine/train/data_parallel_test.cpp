@@ -258,6 +258,73 @@ TEST_F(DataParallel, TwoRanksTrainAsOneRankWithTwiceTheAccumulation) {
       "was written by a run of 2 rank(s) and this run has 1");
 }
 
+// Preference tuning (rl: dpo) over two ranks: each rank takes its micro-batch of pairs, runs the
+// reference and the model, and the step's loss, gradient and TRL's metrics are summed over the
+// ranks; so two ranks train as one rank with twice the accumulation, bit for bit (two summands
+// add the same in any order), held-out pairs evaluate the same (rank 1 has no evaluation batch),
+// and a sharded base, whose ranks pass through each other's two forwards of an evaluation batch,
+// changes no bit.
+TEST_F(DataParallel, TwoRanksOfDpoTrainAsOneRankWithTwiceTheAccumulation) {
+  at::manual_seed(6);
+  {
+    std::ofstream pairs(dir_ / "pairs.jsonl");
+    for (int i = 0; i < 8; ++i) {
+      auto ids = [](int64_t n) {
+        const auto t = at::randint(0, 160, {n}, at::kLong);
+        return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+      };
+      pairs
+          << nlohmann::json{{"prompt_ids", ids(3 + i)}, {"chosen_ids", ids(2 + i % 3)}, {"rejected_ids", ids(4)}}.dump()
+          << "\n";
+    }
+  }
+  const auto base = test::model_fixture("llama");
+  std::ofstream(dir_ / "cfg.yaml") << "base_model: " << (base / "base").string() << "\n"
+                                   << "lora_model_dir: " << (base / "adapter").string() << "\n"
+                                   << "lora_r: 4\nlora_alpha: 8\nlora_target_linear: true\n"
+                                   << "load_in_4bit: true\nrl: dpo\nrl_beta: 0.1\n"
+                                   << "datasets:\n  - path: pairs.jsonl\n"
+                                   << "val_set_size: 2\neval_steps: 2\n"
+                                   << "sequence_len: 64\nmicro_batch_size: 2\nmax_steps: 4\n"
+                                   << "learning_rate: 0.002\nwarmup_steps: 2\nmax_grad_norm: 1.0\n"
+                                   << "device: cpu\nlogging_steps: 1\nseed: 3\nddp_timeout: 60\n";
+  const std::vector<std::string> launch = {"launch", "--nproc", "2", "--master-port", "0", "train"};
+  run(qtrain({"train"}, "one", {"gradient_accumulation_steps=2"}), "one");
+  run(qtrain(launch, "two", {"gradient_accumulation_steps=1"}), "two");
+  run(qtrain(launch, "sharded", {"gradient_accumulation_steps=1", "shard_base=true"}), "sharded");
+  const auto rows = [](const fs::path& dir) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+    return out;
+  };
+  const auto a = rows(dir_ / "one");
+  ASSERT_EQ(a.size(), 6u);  // 4 steps, 2 evaluations
+  for (const char* other : {"two", "sharded"}) {
+    SCOPED_TRACE(other);
+    const auto b = rows(dir_ / other);
+    ASSERT_EQ(b.size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      for (const char* key :
+           {"loss", "grad_norm", "rewards/margins", "logps/chosen", "eval_loss", "eval_rewards/margins"}) {
+        if (!a[i].contains(key)) continue;
+        EXPECT_EQ(a[i].at(key).get<double>(), b[i].at(key).get<double>()) << key << " in row " << i;
+      }
+    }
+    const auto x = io::load_peft_adapter(dir_ / "one"), y = io::load_peft_adapter(dir_ / other);
+    for (const auto& [name, ad] : x.adapters) {
+      EXPECT_TRUE(test::bitwise_equal(ad.a, y.adapters.at(name).a)) << name;
+      EXPECT_TRUE(test::bitwise_equal(ad.b, y.adapters.at(name).b)) << name;
+    }
+  }
+  EXPECT_NE(read(dir_ / "two.out").find("ranks: 2 (Gloo), a step is 2 micro-batches, 1 on each rank"),
+            std::string::npos);
+  EXPECT_NE(read(dir_ / "sharded.out").find("shard_base: "), std::string::npos);
+  ASSERT_TRUE(a[2].contains("eval_loss")) << a[2].dump();
+  EXPECT_TRUE(a[2].contains("eval_rewards/accuracies")) << a[2].dump();
+  EXPECT_TRUE(a[3].contains("rewards/accuracies")) << a[3].dump();
+}
+
 TEST_F(DataParallel, TwoRanksWithAShardedBaseTrainAsTwoRanksWithout) {
   // One held-out row: one evaluation batch, so rank 1 passes through the layers without one
   // (LayerScheduler::skip_eval) while rank 0 gathers them with it. With one layer also offloaded,
