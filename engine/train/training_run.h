@@ -50,8 +50,8 @@ struct TrainingRun {
   std::vector<at::Tensor> params;  // the model's trainable tensors, in the optimizer's order
   int64_t pad_id = 0;
   data::Split split;
-  std::unique_ptr<data::DataLoader> loader;  // supervised fine-tuning's
-  std::unique_ptr<data::PairLoader> pairs;   // preference tuning's (rl), in place of the loader
+  std::unique_ptr<data::DataLoader> loader;      // supervised fine-tuning's
+  std::unique_ptr<data::PairLoader> pairs;       // preference tuning's (rl), in place of the loader
   std::vector<data::PreferencePair> eval_pairs;  // preference tuning's held-out pairs, file order
   StepCounts counts;
   LrSchedule lr_schedule;

@@ -113,7 +113,8 @@ TEST(PreferenceTypes, TheConfigReadsTheirKeysOnlyWhereTheyApply) {
   const auto dir = test::fresh_test_dir(true);
   std::ofstream(dir / "p.jsonl") << "{}\n";
   const auto c = config::parse_run_config(
-      "base_model: m\nlora_target_linear: true\nrl: dpo\nchat_template: chatml\ndatasets:\n  - path: p.jsonl\n    type: chat_template.default\n"
+      "base_model: m\nlora_target_linear: true\nrl: dpo\nchat_template: chatml\ndatasets:\n  - path: p.jsonl\n    "
+      "type: chat_template.default\n"
       "    field_messages: conversation\n    field_chosen: good\n    message_property_mappings: {role: from, content: "
       "value}\n",
       "run.yaml",
@@ -135,7 +136,9 @@ TEST(PreferenceTypes, TheConfigReadsTheirKeysOnlyWhereTheyApply) {
   test::expect_error(
       [&] {
         config::parse_run_config(
-            "base_model: m\nlora_target_linear: true\ndatasets:\n  - path: p.jsonl\n    type: chatml.bogus\n", "run.yaml", dir);
+            "base_model: m\nlora_target_linear: true\ndatasets:\n  - path: p.jsonl\n    type: chatml.bogus\n",
+            "run.yaml",
+            dir);
       },
       "one of axolotl's preference types");
   io::remove_tree(dir);
