@@ -102,14 +102,9 @@ DataLoader::DataLoader(std::vector<Sample> samples,
                        bool packing,
                        uint64_t seed,
                        int64_t pad_id)
-    : samples_(std::move(samples)),
-      micro_batch_size_(micro_batch_size),
-      sequence_len_(sequence_len),
-      packing_(packing),
-      seed_(seed),
-      pad_id_(pad_id) {
+    : samples_(std::move(samples)), sequence_len_(sequence_len), packing_(packing), pad_id_(pad_id) {
   TORCH_CHECK(!samples_.empty(), "DataLoader: no samples to train on");
-  TORCH_CHECK(micro_batch_size_ >= 1, "micro_batch_size must be at least 1, got ", micro_batch_size_);
+  TORCH_CHECK(micro_batch_size >= 1, "micro_batch_size must be at least 1, got ", micro_batch_size);
   TORCH_CHECK(sequence_len_ >= 2, "sequence_len must be at least 2, got ", sequence_len_);
   for (size_t i = 0; i < samples_.size(); ++i) {
     const auto len = static_cast<int64_t>(samples_[i].input_ids.size());
@@ -132,53 +127,62 @@ DataLoader::DataLoader(std::vector<Sample> samples,
   }
   if (packing_) {
     FirstFit fit(samples_.size(), sequence_len_);
-    for (const size_t s : seeded_permutation(samples_.size(), seed_)) {
+    for (const size_t s : seeded_permutation(samples_.size(), seed)) {
       const size_t row = fit.place(static_cast<int64_t>(samples_[s].input_ids.size()));
       if (row == rows_.size()) rows_.emplace_back();
       rows_[row].push_back(s);
     }
   }
+  order_ = EpochOrder(packing_ ? rows_.size() : samples_.size(), micro_batch_size, seed);
+}
+
+EpochOrder::EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed)
+    : units_(units), micro_batch_size_(micro_batch_size), seed_(seed) {
+  TORCH_CHECK(micro_batch_size_ >= 1, "micro_batch_size must be at least 1, got ", micro_batch_size_);
+}
+
+int64_t EpochOrder::batches_per_epoch() const {
+  return (static_cast<int64_t>(units_) + micro_batch_size_ - 1) / micro_batch_size_;
+}
+
+std::vector<size_t> EpochOrder::next() {
+  if (order_epoch_ != position_.epoch) {
+    order_ = seeded_permutation(units_, seed_ + static_cast<uint64_t>(position_.epoch));
+    order_epoch_ = position_.epoch;
+  }
+  const size_t begin = static_cast<size_t>(position_.batch * micro_batch_size_);
+  const size_t end = std::min(order_.size(), begin + static_cast<size_t>(micro_batch_size_));
+  std::vector<size_t> out(order_.begin() + static_cast<std::ptrdiff_t>(begin),
+                          order_.begin() + static_cast<std::ptrdiff_t>(end));
+  if (++position_.batch == batches_per_epoch()) position_ = {position_.epoch + 1, 0};
+  return out;
+}
+
+bool EpochOrder::holds(LoaderPosition p) const {
+  return p.epoch >= 0 && p.batch >= 0 && p.batch < batches_per_epoch();
 }
 
 int64_t DataLoader::batches_per_epoch() const {
-  const auto units = static_cast<int64_t>(packing_ ? rows_.size() : samples_.size());
-  return (units + micro_batch_size_ - 1) / micro_batch_size_;
-}
-
-const std::vector<size_t>& DataLoader::epoch_order() {
-  if (order_epoch_ != position_.epoch) {
-    const size_t units = packing_ ? rows_.size() : samples_.size();
-    order_ = seeded_permutation(units, seed_ + static_cast<uint64_t>(position_.epoch));
-    order_epoch_ = position_.epoch;
-  }
-  return order_;
+  return order_.batches_per_epoch();
 }
 
 Batch DataLoader::next() {
-  const auto& order = epoch_order();
-  const size_t begin = static_cast<size_t>(position_.batch * micro_batch_size_);
-  const size_t end = std::min(order.size(), begin + static_cast<size_t>(micro_batch_size_));
   std::vector<std::vector<size_t>> rows;
   int64_t width = sequence_len_;
   if (packing_) {
-    for (size_t i = begin; i < end; ++i) rows.push_back(rows_[order[i]]);
+    for (const size_t r : order_.next()) rows.push_back(rows_[r]);
   } else {
     width = 0;
-    for (size_t i = begin; i < end; ++i) {
-      rows.push_back({order[i]});
-      width = std::max(width, static_cast<int64_t>(samples_[order[i]].input_ids.size()));
+    for (const size_t i : order_.next()) {
+      rows.push_back({i});
+      width = std::max(width, static_cast<int64_t>(samples_[i].input_ids.size()));
     }
   }
-  auto batch = make_batch_from_rows(samples_, rows, width, pad_id_);
-  if (++position_.batch == batches_per_epoch()) {
-    position_.batch = 0;
-    ++position_.epoch;
-  }
-  return batch;
+  return make_batch_from_rows(samples_, rows, width, pad_id_);
 }
 
 void DataLoader::seek(Position p) {
-  TORCH_CHECK(p.epoch >= 0 && p.batch >= 0 && p.batch < batches_per_epoch(),
+  TORCH_CHECK(order_.holds(p),
               "DataLoader::seek: position (epoch ",
               p.epoch,
               ", batch ",
@@ -187,7 +191,7 @@ void DataLoader::seek(Position p) {
               batches_per_epoch(),
               " batches per epoch; was the checkpoint saved with other data, micro_batch_size, sequence_len or "
               "sample_packing?");
-  position_ = p;
+  order_.seek(p);
 }
 
 }  // namespace qtrain::engine::data

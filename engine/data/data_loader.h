@@ -37,6 +37,38 @@ std::vector<bool> held_out_rows(size_t n, double val_set_size, uint64_t seed);
 // The samples split by held_out_rows; both parts keep file order.
 Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t seed);
 
+// Where a loader is: its next batch is batch `batch` of epoch `epoch` (a checkpoint records it).
+struct LoaderPosition {
+  int64_t epoch = 0;
+  int64_t batch = 0;
+  bool operator==(const LoaderPosition&) const = default;
+};
+
+// Which of `units` things (samples, packed rows, preference pairs) each micro-batch takes: epoch e
+// visits them in the order seeded_permutation(units, seed + e), micro_batch_size at a time (the
+// epoch's last batch may be smaller), then epoch e + 1 begins. The one epoch order of DataLoader
+// and PairLoader (preference_pairs.h).
+class EpochOrder {
+ public:
+  EpochOrder() = default;
+  EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed);
+  int64_t batches_per_epoch() const;
+  // The units of the batch at position(), then advances.
+  std::vector<size_t> next();
+  LoaderPosition position() const { return position_; }
+  // Whether `p` names a batch of the data (a loader's seek says what else to check).
+  bool holds(LoaderPosition p) const;
+  void seek(LoaderPosition p) { position_ = p; }
+
+ private:
+  size_t units_ = 0;
+  int64_t micro_batch_size_ = 1;
+  uint64_t seed_ = 0;
+  LoaderPosition position_;
+  std::vector<size_t> order_;  // the order of epoch order_epoch_, recomputed on a new epoch
+  int64_t order_epoch_ = -1;
+};
+
 // Micro-batches of `samples`, epoch after epoch, in an order fixed by the seed.
 //
 // Without packing, epoch e visits the samples in the order seeded_permutation(n, seed + e), and a
@@ -56,12 +88,7 @@ Split split_for_eval(std::vector<Sample> samples, double val_set_size, uint64_t 
 // next() goes on with the next epoch.
 class DataLoader {
  public:
-  // Where the loader is: next() returns batch `batch` of epoch `epoch`.
-  struct Position {
-    int64_t epoch = 0;
-    int64_t batch = 0;
-    bool operator==(const Position&) const = default;
-  };
+  using Position = LoaderPosition;
 
   // Every sample must have 1..sequence_len tokens and as many labels.
   DataLoader(std::vector<Sample> samples,
@@ -75,7 +102,7 @@ class DataLoader {
   // The batch at position(), then advances.
   Batch next();
 
-  Position position() const { return position_; }
+  Position position() const { return order_.position(); }
   // Resume: after seek(p), next() returns what a loader that was at p returned.
   void seek(Position p);
 
@@ -84,19 +111,12 @@ class DataLoader {
   size_t num_samples() const { return samples_.size(); }
 
  private:
-  const std::vector<size_t>& epoch_order();
-
   std::vector<Sample> samples_;
-  int64_t micro_batch_size_;
   int64_t sequence_len_;
   bool packing_;
-  uint64_t seed_;
   int64_t pad_id_;
   std::vector<std::vector<size_t>> rows_;  // with packing
-  Position position_;
-  // Order of the samples (rows, with packing) in epoch `order_epoch_`; recomputed on a new epoch.
-  std::vector<size_t> order_;
-  int64_t order_epoch_ = -1;
+  EpochOrder order_;                       // of the samples, or of the rows with packing
 };
 
 }  // namespace qtrain::engine::data

@@ -97,31 +97,18 @@ std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& p
 }
 
 PairLoader::PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed)
-    : pairs_(std::move(pairs)), micro_batch_size_(micro_batch_size), seed_(seed) {
+    : pairs_(std::move(pairs)), order_(pairs_.size(), micro_batch_size, seed) {
   TORCH_CHECK(!pairs_.empty(), "PairLoader: no pairs");
-  TORCH_CHECK(micro_batch_size_ > 0, "PairLoader: micro_batch_size must be positive");
-}
-
-int64_t PairLoader::batches_per_epoch() const {
-  const auto n = static_cast<int64_t>(pairs_.size());
-  return (n + micro_batch_size_ - 1) / micro_batch_size_;
 }
 
 std::vector<PreferencePair> PairLoader::next() {
-  if (order_epoch_ != position_.epoch) {
-    order_ = seeded_permutation(pairs_.size(), seed_ + static_cast<uint64_t>(position_.epoch));
-    order_epoch_ = position_.epoch;
-  }
-  const auto n = static_cast<int64_t>(pairs_.size());
-  const int64_t first = position_.batch * micro_batch_size_, last = std::min(n, first + micro_batch_size_);
   std::vector<PreferencePair> out;
-  for (int64_t i = first; i < last; ++i) out.push_back(pairs_[order_[i]]);
-  if (++position_.batch == batches_per_epoch()) position_ = {position_.epoch + 1, 0};
+  for (const size_t i : order_.next()) out.push_back(pairs_[i]);
   return out;
 }
 
 void PairLoader::seek(Position p) {
-  TORCH_CHECK(p.epoch >= 0 && p.batch >= 0 && p.batch < batches_per_epoch(),
+  TORCH_CHECK(order_.holds(p),
               "PairLoader: position (epoch ",
               p.epoch,
               ", batch ",
@@ -129,7 +116,7 @@ void PairLoader::seek(Position p) {
               ") is outside the data's ",
               batches_per_epoch(),
               " batches per epoch; was the checkpoint saved with other pairs or micro_batch_size?");
-  position_ = p;
+  order_.seek(p);
 }
 
 }  // namespace qtrain::engine::data

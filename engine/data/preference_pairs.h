@@ -56,24 +56,20 @@ std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& p
 
 // Micro-batches of pairs, epoch after epoch: epoch e visits the pairs in the order
 // seeded_permutation(n, seed + e), micro_batch_size at a time (the epoch's last may be smaller),
-// as DataLoader visits samples without packing.
+// as DataLoader visits samples without packing (both through EpochOrder, data_loader.h).
 class PairLoader {
  public:
-  using Position = DataLoader::Position;  // as a checkpoint records it
+  using Position = LoaderPosition;  // as a checkpoint records it
   PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed);
-  int64_t batches_per_epoch() const;
+  int64_t batches_per_epoch() const { return order_.batches_per_epoch(); }
   // The pairs of the batch at position(), then advances.
   std::vector<PreferencePair> next();
-  Position position() const { return position_; }
+  Position position() const { return order_.position(); }
   void seek(Position p);
 
  private:
   std::vector<PreferencePair> pairs_;
-  int64_t micro_batch_size_;
-  uint64_t seed_;
-  Position position_;
-  std::vector<size_t> order_;
-  int64_t order_epoch_ = -1;
+  EpochOrder order_;
 };
 
 }  // namespace qtrain::engine::data
