@@ -138,17 +138,8 @@ PreferencePair conversation_pair(const nlohmann::ordered_json& row,
     rejected = slice(rejected, end, rejected.size());
   }
   auto ids = [&](const nlohmann::ordered_json& conversation, bool generation_prompt) {
-    text::ChatTemplateInput input;
-    input.messages = conversation;
-    input.add_generation_prompt = generation_prompt;
-    input.variables["bos_token"] = tokenizer.bos_token();
-    input.variables["eos_token"] = tokenizer.eos_token();
-    std::string rendered;
-    try {
-      rendered = chat_template->render(input).text;
-    } catch (const text::TemplateError& e) {
-      TORCH_CHECK(false, where, ": the chat template refused this conversation: ", e.what());
-    }
+    const auto rendered = render_chat(
+        *chat_template, conversation, generation_prompt, tokenizer.bos_token(), tokenizer.eos_token(), where);
     return tokenizer.tokenize(rendered, /*add_special_tokens=*/false).ids;
   };
   auto joined = [&](const nlohmann::ordered_json& completion) {
@@ -160,6 +151,24 @@ PreferencePair conversation_pair(const nlohmann::ordered_json& row,
 }
 
 }  // namespace
+
+std::string render_chat(const text::ChatTemplate& chat_template,
+                        const nlohmann::ordered_json& messages,
+                        bool generation_prompt,
+                        const std::string& bos_token,
+                        const std::string& eos_token,
+                        const std::string& where) {
+  text::ChatTemplateInput input;
+  input.messages = messages;
+  input.add_generation_prompt = generation_prompt;
+  input.variables["bos_token"] = bos_token;
+  input.variables["eos_token"] = eos_token;
+  try {
+    return chat_template.render(input).text;
+  } catch (const text::TemplateError& e) {
+    TORCH_CHECK(false, where, ": the chat template refused this conversation: ", e.what());
+  }
+}
 
 bool is_conversational_row(const nlohmann::ordered_json& row) {
   for (const char* key : {"prompt", "chosen", "rejected"}) {

@@ -37,6 +37,15 @@ namespace qtrain::engine::data {
 // messages with roles (TRL's is_conversational).
 bool is_conversational_row(const nlohmann::ordered_json& row);
 
+// What `chat_template` renders for `messages` (with the generation prompt where asked), the
+// tokenizer's bos_token and eos_token given to it; a refusal names `where`.
+std::string render_chat(const text::ChatTemplate& chat_template,
+                        const nlohmann::ordered_json& messages,
+                        bool generation_prompt,
+                        const std::string& bos_token,
+                        const std::string& eos_token,
+                        const std::string& where);
+
 // The pair a row of text or a conversation makes (Note [Preference rows]). `chat_template` is
 // needed for conversations (null: such a row is refused with the fix); errors name `where`.
 PreferencePair tokenize_preference_row(const nlohmann::ordered_json& row,

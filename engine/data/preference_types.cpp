@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "engine/config/config_keys.h"
-#include "engine/text/jinja_error.h"
+#include "engine/data/preference_rows.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -137,24 +137,6 @@ nlohmann::ordered_json completion_message(const config::DatasetConfig& d,
   return template_message(d, it->back(), where);
 }
 
-std::string render(const text::ChatTemplate& t,
-                   const nlohmann::ordered_json& messages,
-                   bool generation_prompt,
-                   const std::string& bos_token,
-                   const std::string& eos_token,
-                   const std::string& where) {
-  text::ChatTemplateInput input;
-  input.messages = messages;
-  input.add_generation_prompt = generation_prompt;
-  input.variables["bos_token"] = bos_token;
-  input.variables["eos_token"] = eos_token;
-  try {
-    return t.render(input).text;
-  } catch (const text::TemplateError& e) {
-    TORCH_CHECK(false, where, ": the chat template refused this conversation: ", e.what());
-  }
-}
-
 // axolotl's rendering of one completion after a dummy user message, cut where its content starts
 // (Python's find: where it is absent, the last character) and right-stripped.
 std::string rendered_completion(const text::ChatTemplate& t,
@@ -164,7 +146,7 @@ std::string rendered_completion(const text::ChatTemplate& t,
                                 const std::string& where) {
   const nlohmann::ordered_json dummy = {{"role", "user"}, {"content", "[[dummy_message]]"}};
   const std::string text =
-      render(t, nlohmann::ordered_json::array({dummy, message}), false, bos_token, eos_token, where);
+      render_chat(t, nlohmann::ordered_json::array({dummy, message}), false, bos_token, eos_token, where);
   const std::string content = message["content"].is_string() ? message["content"].get<std::string>() : "";
   const size_t at = text.find(content);
   std::string out = at == std::string::npos ? (text.empty() ? "" : text.substr(text.size() - 1)) : text.substr(at);
@@ -215,7 +197,7 @@ nlohmann::ordered_json chat_template_row(const config::DatasetConfig& d,
     chosen = template_message(d, c->back(), where);
     rejected = template_message(d, r->back(), where);
   }
-  return {{"prompt", render(*t, prompt, true, bos_token, eos_token, where)},
+  return {{"prompt", render_chat(*t, prompt, true, bos_token, eos_token, where)},
           {"chosen", rendered_completion(*t, chosen, bos_token, eos_token, where)},
           {"rejected", rendered_completion(*t, rejected, bos_token, eos_token, where)}};
 }

@@ -79,7 +79,7 @@ PairBatch pair_batch(TrainingRun& run,
     h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
     out.aux = scheduler.aux_loss();
   } else {
-    h = scheduler.eval_hidden(scheduler.prepare_eval(), ids);
+    h = scheduler.eval_hidden(plan, ids);
   }
   const auto logps = lm.sequence_log_probs(h, labels);
   const int64_t n = b.pairs;
