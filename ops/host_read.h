@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 namespace qtrain::ops {
@@ -34,5 +35,36 @@ at::Tensor read_to_host(const at::Tensor& t, const char* site);
 
 // The reads so far in this process, by site.
 std::map<std::string, int64_t> host_reads();
+
+// Note [Lagged reads]
+// Some values the host needs one step later rather than now: whether the step's update was applied
+// (it is decided on the device, Note [Steps decided on the device] in engine/train/trainer.cpp) and
+// whether a rank was asked to stop. start() queues their copy into pinned host memory without
+// blocking, with an event behind it; finish(), called at the next step after that step's forward
+// and backward are queued, waits for the event: for the end of the previous step only, while the
+// device has a whole step of work queued, so the device does not idle as it does when the host
+// reads a value it has just asked for. lagged_reads() counts them by site, apart from host_reads().
+class LaggedRead {
+ public:
+  LaggedRead();
+  ~LaggedRead();
+  LaggedRead(const LaggedRead&) = delete;
+  LaggedRead& operator=(const LaggedRead&) = delete;
+
+  // Starts copying t to the host; counted under `site` when finished. Nothing may be pending.
+  void start(const at::Tensor& t, const char* site);
+  bool pending() const { return copy_.defined(); }
+  // The value started last, on the CPU, once its copy is done; nothing is pending after.
+  at::Tensor finish();
+
+ private:
+  struct Event;
+  at::Tensor copy_;
+  const char* site_ = "";
+  std::unique_ptr<Event> copied_;  // CUDA: recorded after the copy
+};
+
+// The lagged reads finished so far in this process, by site.
+std::map<std::string, int64_t> lagged_reads();
 
 }  // namespace qtrain::ops

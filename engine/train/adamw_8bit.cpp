@@ -23,8 +23,8 @@ int64_t blocks_of(int64_t n) {
 
 AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, AdamWOptions options)
     : Optimizer(std::move(params), options, "AdamW8bit"),
-      qmap1_(code_tensor(ops::dynamic_map_signed())),
-      qmap2_(code_tensor(ops::dynamic_map_unsigned())) {
+      qmap1_(code_tensor(ops::dynamic_map_signed()).to(params_.empty() ? at::kCPU : params_.front().device())),
+      qmap2_(code_tensor(ops::dynamic_map_unsigned()).to(params_.empty() ? at::kCPU : params_.front().device())) {
   for (const auto& p : params_) {
     Moments m;
     if (p.numel() >= kMin8bitNumel) {
@@ -62,7 +62,10 @@ AdamW8bit::AdamW8bit(std::vector<at::Tensor> params, AdamWOptions options)
 // exact nearest code, and nudges a first-moment code whose sign differs from the value's. On a
 // GPU bitsandbytes therefore differs from this (and from its own CPU path) by rounding-level
 // amounts per step; qtrain runs the CPU path's arithmetic on every device.
-void AdamW8bit::step(double step_lr) {
+// A step decided on the device (`apply`): each parameter's new values and moments are computed
+// beside the old ones and taken where `apply` is true (at::where, which keeps the old values
+// bit for bit, NaN and infinity included), so the host never reads it.
+void AdamW8bit::step(double step_lr, const at::Tensor& apply) {
   check_step(step_lr, "AdamW8bit");
   at::NoGradGuard no_grad;
   ++step_;
@@ -72,6 +75,9 @@ void AdamW8bit::step(double step_lr) {
   const double eps = options_.eps;
   const double correction1 = 1.0 - std::pow(beta1, step);
   const double correction2 = std::sqrt(1.0 - std::pow(beta2, step));
+  const auto commit = [&](at::Tensor& dst, const at::Tensor& computed) {
+    dst.copy_(apply.defined() ? at::where(apply, computed, dst) : computed);
+  };
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& param = params_[i];
     const auto& grad = param.grad();
@@ -79,28 +85,33 @@ void AdamW8bit::step(double step_lr) {
     const double lr = lr_of(i, step_lr);
     const double weight_decay = weight_decay_of(i);
     auto& s = state_[i];
+    const auto decayed = weight_decay > 0.0 ? param.mul(1.0 - lr * weight_decay) : param.clone();
     if (!is_8bit(i)) {
-      s.exp_avg.mul_(beta1).add_(grad, 1.0 - beta1);
-      s.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
+      const auto m = s.exp_avg.mul(beta1).add_(grad, 1.0 - beta1);
+      const auto v = s.exp_avg_sq.mul(beta2).addcmul_(grad, grad, 1.0 - beta2);
       const double step_size = -lr * correction2 / correction1;
-      if (weight_decay > 0.0) param.mul_(1.0 - lr * weight_decay);
-      const auto update = s.exp_avg / (s.exp_avg_sq.sqrt() + eps * correction2);
-      param.add_(update, step_size);
+      const auto update = m / (v.sqrt() + eps * correction2);
+      commit(param, decayed.add_(update, step_size));
+      commit(s.exp_avg, m);
+      commit(s.exp_avg_sq, v);
       continue;
     }
-    const auto qmap1 = qmap1_.to(param.device());
-    const auto qmap2 = qmap2_.to(param.device());
     auto m = at::empty_like(param);
     auto v = at::empty_like(param);
-    ops::dequantize_blockwise_8bit_into(s.exp_avg, s.exp_avg_absmax, qmap1, kBlocksize, m);
-    ops::dequantize_blockwise_8bit_into(s.exp_avg_sq, s.exp_avg_sq_absmax, qmap2, kBlocksize, v);
+    ops::dequantize_blockwise_8bit_into(s.exp_avg, s.exp_avg_absmax, qmap1_, kBlocksize, m);
+    ops::dequantize_blockwise_8bit_into(s.exp_avg_sq, s.exp_avg_sq_absmax, qmap2_, kBlocksize, v);
     m.mul_(beta1).add_(grad, 1.0 - beta1);
     v.mul_(beta2).addcmul_(grad, grad, 1.0 - beta2);
     const auto denom = (v.sqrt() / correction2).add_(eps);
-    if (weight_decay > 0.0) param.mul_(1.0 - lr * weight_decay);
-    param.addcdiv_(m, denom, -lr / correction1);
-    ops::quantize_blockwise_8bit_into(m, ops::dynamic_map_signed(), kBlocksize, s.exp_avg, s.exp_avg_absmax);
-    ops::quantize_blockwise_8bit_into(v, ops::dynamic_map_unsigned(), kBlocksize, s.exp_avg_sq, s.exp_avg_sq_absmax);
+    commit(param, decayed.addcdiv_(m, denom, -lr / correction1));
+    auto codes1 = at::empty_like(s.exp_avg), absmax1 = at::empty_like(s.exp_avg_absmax);
+    auto codes2 = at::empty_like(s.exp_avg_sq), absmax2 = at::empty_like(s.exp_avg_sq_absmax);
+    ops::quantize_blockwise_8bit_into(m, ops::dynamic_map_signed(), kBlocksize, codes1, absmax1);
+    ops::quantize_blockwise_8bit_into(v, ops::dynamic_map_unsigned(), kBlocksize, codes2, absmax2);
+    commit(s.exp_avg, codes1);
+    commit(s.exp_avg_absmax, absmax1);
+    commit(s.exp_avg_sq, codes2);
+    commit(s.exp_avg_sq_absmax, absmax2);
   }
 }
 

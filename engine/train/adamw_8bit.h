@@ -22,7 +22,8 @@ class AdamW8bit final : public Optimizer {
   // `params`: float32 leaf tensors, updated in place. The state (zero) is created here.
   AdamW8bit(std::vector<at::Tensor> params, AdamWOptions options);
 
-  void step(double lr) override;
+  using Optimizer::step;
+  void step(double lr, const at::Tensor& apply) override;
   // "step", then per parameter i "exp_avg.<i>" and "exp_avg_sq.<i>": uint8 codes of the
   // parameter's shape, with "exp_avg_absmax.<i>" and "exp_avg_sq_absmax.<i>" (float32
   // [ceil(n / 256)]) when the parameter has 8-bit state; float32 moments of its shape otherwise.
@@ -41,8 +42,8 @@ class AdamW8bit final : public Optimizer {
     at::Tensor exp_avg_sq_absmax;  // float32 [blocks]; undefined for float32 moments
   };
   std::vector<Moments> state_;  // per parameter, on its device
-  at::Tensor qmap1_;            // the signed dynamic map, float32 [256], CPU
-  at::Tensor qmap2_;            // the unsigned dynamic map, float32 [256], CPU
+  at::Tensor qmap1_;            // the signed dynamic map, float32 [256], on the parameters' device
+  at::Tensor qmap2_;            // the unsigned dynamic map, float32 [256], on the parameters' device
 };
 
 }  // namespace qtrain::engine::train

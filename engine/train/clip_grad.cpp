@@ -4,8 +4,6 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
-#include "ops/host_read.h"
-
 namespace qtrain::engine::train {
 namespace {
 
@@ -19,15 +17,13 @@ std::vector<at::Tensor> defined_grads(const std::vector<at::Tensor>& params) {
 
 }  // namespace
 
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   at::NoGradGuard no_grad;
   const auto grads = defined_grads(params);
-  if (grads.empty()) return 0.0;
+  if (grads.empty()) return at::zeros({}, at::kFloat);
   // The per-tensor norms as one multi-tensor operator (torch's foreach path computes these the
   // same way: its CPU fallback is linalg_vector_norm per tensor).
   const auto total_norm = at::linalg_vector_norm(at::stack(at::_foreach_norm(grads, 2)), 2);
-  // A host read of the step (Note [Host reads] in ops/host_read.h); the caller logs the norm.
-  const double result = ops::read_scalar<double>(total_norm, "clip: gradient norm");
   if (max_norm > 0) {
     // Python's `max_norm / (total_norm + 1e-6)` is Tensor.__rtruediv__: reciprocal, then multiply.
     const auto clip_coef = at::reciprocal(total_norm + 1e-6) * max_norm;
@@ -35,7 +31,7 @@ double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
     // Multiplied even when the coefficient is 1 (exact), as torch does: no branch on the value.
     at::_foreach_mul_(grads, clip_coef_clamped);
   }
-  return result;
+  return total_norm;
 }
 
 at::Tensor grads_finite(const std::vector<at::Tensor>& params) {

@@ -13,11 +13,13 @@ namespace qtrain::engine::train {
 // total_norm = vector_norm(stack([vector_norm(g) for g in grads])) over the defined grads (in
 // the order of `params`; undefined grads are skipped), then every grad *= min(1, max_norm /
 // (total_norm + 1e-6)) in place, computed in float32 as torch does. max_norm <= 0: no clipping,
-// only the norm. Returns total_norm before clipping (0 when no grad is defined). A NaN or inf
-// norm scales the grads by NaN or 0 as torch does (error_if_nonfinite=False): check grads_finite
-// first to skip such a step. torch groups grads by (device, dtype) before stacking the norms;
-// with one device and dtype, as for LoRA weights, that is the order of `params`.
-double clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+// only the norm. Returns total_norm before clipping, a float32 scalar on the grads' device that
+// the caller reads where it logs (Note [Host reads] in ops/host_read.h); 0 on the CPU when no grad
+// is defined. A NaN or inf norm scales the grads by NaN or 0 as torch does
+// (error_if_nonfinite=False): skip such a step by grads_finite. torch groups grads by (device,
+// dtype) before stacking the norms; with one device and dtype, as for LoRA weights, that is the
+// order of `params`.
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
 
 // Whether every element of every defined grad is finite (undefined grads are skipped), as a bool
 // scalar on the grads' device (the CPU without grads), for the caller to read with the step's

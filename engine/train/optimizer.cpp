@@ -110,6 +110,11 @@ void Optimizer::check_step(double lr, const char* who) const {
               " parameters has a grad (run backward before the optimizer step)");
 }
 
+void Optimizer::step_skipped() {
+  TORCH_CHECK(step_ > 0, "Optimizer::step_skipped: no step was taken");
+  --step_;
+}
+
 void Optimizer::zero_grad() {
   for (auto& p : params_) p.mutable_grad() = at::Tensor();
 }

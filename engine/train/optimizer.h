@@ -34,7 +34,16 @@ class Optimizer {
   // left as they are. One step counter serves all parameters (torch and bitsandbytes keep one per
   // parameter and advance only those with a grad; they agree whenever every parameter has a grad
   // in every step, as LoRA parameters do). At least one parameter must have a grad.
-  virtual void step(double lr) = 0;
+  //
+  // `apply`, when defined, is a bool scalar on the parameters' device that decides the update on
+  // the device: where it is false, the parameters and the state stay as they were, bit for bit,
+  // and the host never reads it (a step whose gradients are not finite; Note [Steps decided on the
+  // device] in trainer.cpp). The step counter advances either way: the caller, once it has read
+  // `apply`, takes a skipped step back with step_skipped() before the next step.
+  virtual void step(double lr, const at::Tensor& apply) = 0;
+  void step(double lr) { step(lr, at::Tensor()); }
+  // The last step's update was not applied (its `apply` was false): the counter goes back.
+  void step_skipped();
 
   // "step" (int64, 0-dim, CPU) and the moments of each parameter i, named "<moment>.<i>": the
   // live state tensors (not copies), for writing into a run-state file.

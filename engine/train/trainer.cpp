@@ -31,6 +31,7 @@
 #include "engine/train/output_dir.h"
 #include "engine/train/preference_step.h"
 #include "engine/train/progress_line.h"
+#include "engine/train/sync_check.h"
 #include "engine/train/training_run.h"
 #include "ops/host_read.h"
 
@@ -108,8 +109,9 @@ double evaluate(schedule::LayerScheduler& scheduler,
 //   forward and loss   the objective, differentiated micro-batch by micro-batch: the
 //                      token-weighted cross-entropy and, on MoE models, the load-balancing loss
 //                      (forward_backward; Note [Load-balancing loss in a step]);
-//   optimizer step     gradients summed over the ranks, the step's one host read (loss and
-//                      finiteness), a non-finite step skipped, clipping, the update (apply_step);
+//   optimizer step     gradients summed over the ranks, clipping, the update, which the device
+//                      skips where the loss or a gradient is not finite (apply_step; the host
+//                      learns of it one step later, settle: Note [Steps decided on the device]);
 //   log                the window's progress line, metrics.jsonl and TensorBoard (LogWindow);
 //   evaluate, save     on their intervals, and a checkpoint when a signal stops the run.
 // Preference tuning (rl) takes pairs in prepare batch and has its own forward and loss
@@ -172,18 +174,36 @@ StepSums forward_backward(TrainingRun& run,
   return sums;
 }
 
-// A step's result as every rank agrees on it.
+// Note [Steps decided on the device]
+// A training step reads nothing from the device unless it logs (Note [Host reads] in
+// ops/host_read.h). Its loss, its load-balancing losses, whether a gradient is not finite, a stop
+// request and a preference objective's metrics travel in one float64 vector, summed over the
+// ranks on the device. From it the device decides whether the step applies (its loss and every
+// summed gradient finite), and the optimizer takes the decision as a tensor (Optimizer::step's
+// `apply`): a skipped step leaves the adapter and the optimizer state as they were, bit for bit,
+// as when the host decided. The log window adds up the applied steps' values on the device; the
+// host reads them once per logging step. What the host does itself (counting a skipped step and
+// taking back the optimizer's step counter, stopping after kMaxConsecutiveNonFinite in a row,
+// stopping on a signal) it does one step late (Note [Lagged reads]): step k's values are read at
+// step k + 1, after that step's forward and backward are queued and before its update. Whatever
+// goes to disk or to the console waits for the current step's values first (settle): the log
+// line, a checkpoint, the run's end. So a signal stops the run at the end of the step after the
+// one it arrived in (or of the step it arrived in, when that step saves or logs), with a
+// checkpoint of the step it stops at; a signal during the last step lets the run finish.
+
+// A step's values on the device (Note [Steps decided on the device]), the same on every rank.
 struct StepOutcome {
-  double loss = 0;              // the step's mean token loss plus its load-balancing term, as the Trainer logs it
-  double aux_sum = 0;           // the load-balancing losses of all micro-batches of all ranks
-  bool applied = true;          // false: skipped, its loss or a gradient was not finite
-  double grad_norm = 0;         // before clipping, where applied
-  bool stop = false;            // a rank was asked to stop by a signal
-  std::vector<double> metrics;  // preference tuning's (preference_metric_names), means over the micro-batches
+  at::Tensor applied;    // bool scalar: the loss and every gradient were finite, the update applied
+  at::Tensor logged;     // float64 [2 + metrics]: the loss as the Trainer logs it, the mean
+                         // load-balancing loss per micro-batch, then preference tuning's metrics
+                         // (preference_metric_names), means over the micro-batches
+  at::Tensor grad_norm;  // float64 scalar, before clipping
+  at::Tensor host;       // float64 [3]: applied, a stop request, the loss: for the host, one step late
 };
 
-// One decision for every rank: the summed gradients and loss, and a stop if any rank was asked
-// to; then the update, or the skip of a non-finite step (the optimizer untouched).
+// The step's loss as the Trainer logs it, its load-balancing and metric sums and its decisions,
+// summed over the ranks on the device; then clipping and the update, which applies where the
+// decision says (the optimizer untouched otherwise).
 StepOutcome apply_step(TrainingRun& run,
                        const StepSums& sums,
                        const StepBatches& batches,
@@ -192,58 +212,107 @@ StepOutcome apply_step(TrainingRun& run,
                        dist::Comm& comm,
                        const InterruptGuard& interrupt) {
   const auto& params = run.params;
-  const std::string step_name = "step " + std::to_string(run.state.global_step + 1);
-  sum_gradients(comm, params, "summing the gradients of " + step_name);
-  // The step's one read before clipping: its loss, its load-balancing loss, whether every
-  // (summed) gradient is finite, and a preference objective's metrics.
-  auto values = at::stack({sums.loss, sums.aux, grads_finite(params).to(sums.loss.device(), at::kDouble)});
+  sum_gradients(comm, params, "summing the gradients of step " + std::to_string(run.state.global_step + 1));
+  const auto options = sums.loss.options();  // float64 on the compute device
+  // The loss, the load-balancing losses, a non-finite gradient (1 per rank), a stop request (1
+  // per rank that received a signal), then a preference objective's metrics.
+  auto values = at::stack({sums.loss,
+                           sums.aux,
+                           at::logical_not(grads_finite(params)).to(options),
+                           at::full({}, interrupt.received() != 0 ? 1.0 : 0.0, options)});
   if (sums.metrics.defined()) values = at::cat({values, sums.metrics});
-  const auto read = ops::read_to_host(values, "step: loss and finite gradients");
-  const bool finite_grads = read[2].item<double>() != 0;
-  std::vector<double> local = {read[0].item<double>(), interrupt.received() != 0 ? 1.0 : 0.0, read[1].item<double>()};
-  for (int64_t i = 3; i < read.numel(); ++i) local.push_back(read[i].item<double>());
-  const auto summed = sum_over_ranks(comm, local, "summing the loss of " + step_name);
-  StepOutcome out;
-  out.stop = summed[1] > 0;
-  out.aux_sum = summed[2];
+  if (comm.world_size() > 1) {
+    comm.allreduce_sum(values, "summing the loss of step " + std::to_string(run.state.global_step + 1));
+  }
   // A preference step's loss is already the ranks' shares of its mean (preference_step.h).
-  out.loss = run.pairs ? summed[0]
-                       : summed[0] / static_cast<double>(std::max<int64_t>(1, batches.predicted_tokens)) +
-                             aux_coef * summed[2];
-  for (size_t i = 3; i < summed.size(); ++i) {
-    out.metrics.push_back(summed[i] / static_cast<double>(run.counts.step_batches));
-  }
-  out.applied = std::isfinite(out.loss) && finite_grads;
-  if (out.applied) {
-    out.grad_norm = clip_grad_norm(params, c.max_grad_norm);
-    run.optimizer->step(run.lr_schedule.lr_at(run.state.global_step));
-  }
+  const auto loss = run.pairs ? values[0]
+                              : values[0] / static_cast<double>(std::max<int64_t>(1, batches.predicted_tokens)) +
+                                    aux_coef * values[1];
+  const double micro_batches = static_cast<double>(run.counts.step_batches);
+  StepOutcome out;
+  out.applied = at::logical_and(at::isfinite(loss), values[2] == 0);
+  out.grad_norm = clip_grad_norm(params, c.max_grad_norm).to(options);
+  run.optimizer->step(run.lr_schedule.lr_at(run.state.global_step), out.applied);
   run.optimizer->zero_grad();
+  out.logged = at::cat({at::stack({loss, values[1] / micro_batches}), values.slice(0, 4) / micro_batches});
+  out.host = at::stack({out.applied.to(options), values[3], loss});
   return out;
+}
+
+// The steps whose values the host has not read yet: the last one, read at the next step or when
+// the host must know (Note [Steps decided on the device]).
+struct StepInFlight {
+  ops::LaggedRead read;  // the step's StepOutcome::host
+  int64_t step = 0;      // its number
+  int64_t consecutive_bad = 0;
+  bool stop = false;  // a rank received a signal
+};
+
+// The host's part of the step in flight, once its values are read: a skipped step counted (and the
+// optimizer's counter taken back), too many in a row an error, a stop request noted.
+void settle(StepInFlight& f, TrainingRun& run, const config::RunConfig& c, std::FILE* out) {
+  if (!f.read.pending()) return;
+  const auto values = f.read.finish();
+  const auto* v = values.const_data_ptr<double>();
+  f.stop = f.stop || v[1] > 0;
+  if (v[0] != 0) {
+    f.consecutive_bad = 0;
+    return;
+  }
+  ++run.state.skipped_steps;
+  run.optimizer->step_skipped();
+  TORCH_CHECK(++f.consecutive_bad < kMaxConsecutiveNonFinite,
+              "stopping: ",
+              f.consecutive_bad,
+              " steps in a row had a non-finite loss or gradient (last loss ",
+              v[2],
+              ", step ",
+              f.step,
+              "). Lower learning_rate, check the data for empty or broken rows, or "
+              "train in bf16/float32 rather than fp16. The last checkpoint in ",
+              c.output_dir.string(),
+              " is intact.");
+  std::fprintf(out, "step %lld: non-finite loss or gradient, step skipped\n", static_cast<long long>(f.step));
 }
 
 // The steps since the last progress line: what the line and metrics.jsonl report.
 struct LogWindow {
-  int64_t steps = 0;  // applied ones
+  at::Tensor sums = {};  // float64 on the device: the applied steps, then their StepOutcome::logged summed
   int64_t tokens = 0;
-  double loss = 0, aux = 0, comm_seconds = 0;
-  std::vector<double> metrics;  // preference tuning's, summed over the applied steps
+  double comm_seconds = 0;
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   int64_t copied_logged = 0;  // offload bytes counted at the last line
   int64_t step_logged = 0;    // the step of the last line
+
+  void add(const StepOutcome& s) {
+    const auto row = at::cat({at::ones({1}, s.logged.options()), s.logged});
+    const auto masked = at::where(s.applied, row, at::zeros_like(row));
+    sums = sums.defined() ? sums + masked : masked;
+  }
 };
 
-// The progress line and metrics row of the window that ends at this step, then a new window.
-// Returns the window's mean loss.
+// The progress line and metrics row of the window that ends at this step, then a new window; the
+// log's one host read (the window's sums and the last applied step's gradient norm). Returns the
+// window's mean loss.
 double log_window(LogWindow& w,
                   TrainingRun& run,
                   const config::RunConfig& c,
                   std::optional<MetricsLog>& metrics,
                   std::chrono::steady_clock::time_point t_start,
                   int64_t recomputed,
-                  double grad_norm,
+                  const at::Tensor& last_grad_norm,
                   bool aux_on,
                   std::FILE* out) {
+  const auto read = ops::read_to_host(at::cat({w.sums, last_grad_norm.reshape({1})}),
+                                      "log: the window's loss, metrics and gradient norm")
+                        .contiguous();
+  const auto* values = read.const_data_ptr<double>();
+  const int64_t n = read.numel();
+  const double steps = values[0];
+  const auto mean = [&](int64_t i) { return steps > 0 ? values[i] / steps : std::nan(""); };
+  const double loss = mean(1), aux = mean(2), grad_norm = values[n - 1];
+  std::vector<double> window_metrics;
+  for (int64_t i = 3; i < n - 1; ++i) window_metrics.push_back(mean(i));
   const auto& state = run.state;
   const int64_t total = run.counts.total;
   const auto& device = run.options.device;
@@ -251,7 +320,6 @@ double log_window(LogWindow& w,
   const double window_s = std::chrono::duration<double>(now - w.start).count();
   const double elapsed = std::chrono::duration<double>(now - t_start).count();
   const double epoch = static_cast<double>(state.global_step) / static_cast<double>(run.counts.steps_per_epoch);
-  const double loss = w.steps > 0 ? w.loss / w.steps : std::nan("");
   const double lr = run.lr_schedule.lr_at(state.global_step);  // the next step's, as the Trainer logs it
   const double tps = window_s > 0 ? static_cast<double>(w.tokens) / window_s : 0.0;
   const int64_t peak = peak_memory_bytes(device);
@@ -260,7 +328,6 @@ double log_window(LogWindow& w,
   const int64_t copied = run.streamed && !run.sharded ? run.streamed->stats().ring.copied_bytes : 0;
   const int64_t steps_in_window = std::max<int64_t>(1, state.global_step - w.step_logged);
   const int64_t copied_per_step = (copied - w.copied_logged) / steps_in_window;
-  const double aux = w.steps > 0 ? w.aux / w.steps : std::nan("");
   if (metrics) {
     nlohmann::json row = {{"step", state.global_step},
                           {"epoch", epoch},
@@ -274,10 +341,8 @@ double log_window(LogWindow& w,
                           {"comm_seconds", w.comm_seconds / static_cast<double>(steps_in_window)},
                           {"skipped_steps", state.skipped_steps}};
     if (aux_on) row["aux_loss"] = aux;
-    const auto names = w.metrics.empty() ? std::vector<std::string>() : preference_metric_names(c.rl);
-    for (size_t i = 0; i < w.metrics.size(); ++i) {
-      row[names.at(i)] = w.steps > 0 ? w.metrics[i] / w.steps : std::nan("");
-    }
+    const auto names = window_metrics.empty() ? std::vector<std::string>() : preference_metric_names(c.rl);
+    for (size_t i = 0; i < window_metrics.size(); ++i) row[names.at(i)] = window_metrics[i];
     // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA, and the
     // peak's parts measured beside the plan's: what was allocated when the last forward began, what
     // that forward kept for backward, and the rest of the peak (the largest transient).
@@ -297,13 +362,9 @@ double log_window(LogWindow& w,
   const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
   char aux_text[96] = "";
   if (aux_on) std::snprintf(aux_text, sizeof aux_text, " (aux %.4f)", aux);
-  if (!w.metrics.empty() && w.steps > 0) {
+  if (!window_metrics.empty() && steps > 0) {
     // rewards/margins and rewards/accuracies (Note [DPO loss]).
-    std::snprintf(aux_text,
-                  sizeof aux_text,
-                  " | margin %.4f | acc %.2f",
-                  w.metrics[3] / static_cast<double>(w.steps),
-                  w.metrics[2] / static_cast<double>(w.steps));
+    std::snprintf(aux_text, sizeof aux_text, " | margin %.4f | acc %.2f", window_metrics[3], window_metrics[2]);
   }
   std::fprintf(
       out,
@@ -409,14 +470,22 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   const auto& moe = run.lm->config().moe;
   const bool aux_on = moe && moe->output_router_logits;
   const double aux_coef = aux_on ? moe->router_aux_loss_coef : 0.0;
-  int64_t consecutive_bad = 0;
-  double grad_norm = 0;  // the last applied step's
+  StepInFlight in_flight;
+  // The last applied step's gradient norm, on the device.
+  auto grad_norm = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
   LogWindow window{.step_logged = state.global_step};
   LossWatchdog watchdog(c.loss_watchdog_threshold, c.loss_watchdog_patience);
   std::fflush(out);
   // The first window's peak is the steps', not the load's or the bandwidth probe's.
   reset_peak_memory(device);
+  SyncCheck sync_check(device);
+  const int64_t first_step = state.global_step + 1;
   while (state.global_step < total) {
+    // Steps that neither log, evaluate nor save read nothing from the device (Note [Sync check]).
+    const int64_t number = state.global_step + 1;
+    sync_check.set_active(number > first_step && number % c.logging_steps != 0 && number != total &&
+                          (eval_steps == 0 || number % eval_steps != 0) &&
+                          (save_steps == 0 || number % save_steps != 0));
     const auto batches = next_step_batches(run, c.sequence_len);
     window.tokens += batches.real_tokens;
     StepSums sums;
@@ -426,36 +495,20 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     } catch (const c10::OutOfMemoryError& e) {
       TORCH_CHECK(false, out_of_memory_report(run.device_plan, c, state.global_step + 1, e.what_without_backtrace()));
     }
+    // The previous step's values, read while this step's work is queued.
+    settle(in_flight, run, c, out);
     const double comm_before = comm.seconds();
     const auto step = apply_step(run, sums, batches, c, aux_coef, comm, interrupt);
     window.comm_seconds += comm.seconds() - comm_before;
-    if (!step.applied) {
-      ++state.skipped_steps;
-      TORCH_CHECK(++consecutive_bad < kMaxConsecutiveNonFinite,
-                  "stopping: ",
-                  consecutive_bad,
-                  " steps in a row had a non-finite loss or gradient (last loss ",
-                  step.loss,
-                  ", step ",
-                  state.global_step + 1,
-                  "). Lower learning_rate, check the data for empty or broken rows, or "
-                  "train in bf16/float32 rather than fp16. The last checkpoint in ",
-                  c.output_dir.string(),
-                  " is intact.");
-      std::fprintf(
-          out, "step %lld: non-finite loss or gradient, step skipped\n", static_cast<long long>(state.global_step + 1));
-    } else {
-      consecutive_bad = 0;
-      grad_norm = step.grad_norm;
-      window.loss += step.loss;
-      window.aux += step.aux_sum / static_cast<double>(run.counts.step_batches);
-      window.metrics.resize(step.metrics.size());
-      for (size_t i = 0; i < step.metrics.size(); ++i) window.metrics[i] += step.metrics[i];
-      ++window.steps;
-    }
+    in_flight.read.start(step.host, "step: applied, stop request and loss");
+    in_flight.step = state.global_step + 1;
+    window.add(step);
+    grad_norm = at::where(step.applied, step.grad_norm, grad_norm);
     ++state.global_step;
+    sync_check.set_active(false);
     const bool watchdog_stop = watchdog.step_end();
     if (state.global_step % c.logging_steps == 0 || state.global_step == total) {
+      settle(in_flight, run, c, out);
       result.last_loss = log_window(window, run, c, metrics, t_start, sums.recomputed, grad_norm, aux_on, out);
       watchdog.logged_loss(result.last_loss);
     }
@@ -488,7 +541,8 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       std::fflush(out);
       watchdog.logged_eval();
     }
-    if ((save_steps > 0 && state.global_step % save_steps == 0) || step.stop) {
+    if ((save_steps > 0 && state.global_step % save_steps == 0) || in_flight.stop) {
+      settle(in_flight, run, c, out);
       save_checkpoint_of(run, c, config_yaml, comm, out);
     }
     if (watchdog_stop) {
@@ -500,7 +554,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
           static_cast<long long>(c.loss_watchdog_patience));
       break;
     }
-    if (step.stop) {
+    if (in_flight.stop && state.global_step < total) {
       const int sig = interrupt.received();  // 0 when the signal reached another rank only
       std::fprintf(out,
                    "interrupted by %s at step %lld; resume with resume_from_checkpoint: true\n",
@@ -510,6 +564,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       break;
     }
   }
+  settle(in_flight, run, c, out);
   if (metrics) metrics->flush();
   if (!result.interrupted) save_adapter(run, c, comm, out);
   result.steps = state.global_step;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -33,31 +34,45 @@ constexpr int kGridBins = 65536;
 
 struct GridLut {
   std::array<uint8_t, kGridBins> lut;
+  // Copies of `lut` on the devices that asked for one (device_table): copied once, since a copy
+  // from pageable memory makes the host wait for the device (Note [Host reads]).
+  std::mutex mutex;
+  std::unordered_map<at::Device, at::Tensor> on_device;
 };
 
-GridLut make_grid_lut(const std::array<float, 256>& code) {
+std::unique_ptr<GridLut> make_grid_lut(const std::array<float, 256>& code) {
   std::array<float, 255> mid{};
   for (int i = 0; i < 255; ++i) mid[i] = 0.5f * (code[i] + code[i + 1]);
-  GridLut g{};
+  auto g = std::make_unique<GridLut>();
   int idx = 0;
   for (int i = 0; i < kGridBins; ++i) {
     const float val = -1.0f + (2.0f * static_cast<float>(i)) / 65535.0f;
     while (idx < 255 && mid[idx] < val) ++idx;
-    g.lut[i] = static_cast<uint8_t>(idx);
+    g->lut[i] = static_cast<uint8_t>(idx);
   }
   return g;
 }
 
 // One table per distinct code, built on first use and kept for the process.
-const GridLut& grid_lut(const std::array<float, 256>& code) {
+// Never destroyed: its device tensors must not be freed after CUDA has shut down at exit.
+GridLut& grid_lut(const std::array<float, 256>& code) {
   static std::mutex mutex;
-  static std::vector<std::pair<std::array<float, 256>, std::unique_ptr<GridLut>>> luts;
+  static auto* luts = new std::vector<std::pair<std::array<float, 256>, std::unique_ptr<GridLut>>>();
   std::lock_guard<std::mutex> lock(mutex);
-  for (const auto& [c, l] : luts) {
+  for (const auto& [c, l] : *luts) {
     if (c == code) return *l;
   }
-  luts.emplace_back(code, std::make_unique<GridLut>(make_grid_lut(code)));
-  return *luts.back().second;
+  luts->emplace_back(code, make_grid_lut(code));
+  return *luts->back().second;
+}
+
+// The table of `code` as a uint8 tensor on `device`.
+at::Tensor device_table(const std::array<float, 256>& code, const at::Device& device) {
+  auto& g = grid_lut(code);
+  std::lock_guard<std::mutex> lock(g.mutex);
+  auto& t = g.on_device[device];
+  if (!t.defined()) t = at::from_blob(g.lut.data(), {kGridBins}, at::kByte).to(device, /*non_blocking=*/false);
+  return t;
 }
 
 inline uint16_t grid_index(float v) {
@@ -116,9 +131,7 @@ at::Tensor as_blocks(const at::Tensor& x, int64_t blocksize) {
 void quantize_blockwise_8bit_aten(
     const at::Tensor& x, const std::array<float, 256>& code, int64_t blocksize, at::Tensor& codes, at::Tensor& absmax) {
   check_quantize_args(x, blocksize, codes, absmax);
-  const auto& lut = grid_lut(code);
-  const auto table = at::from_blob(const_cast<uint8_t*>(lut.lut.data()), {kGridBins}, at::kByte)
-                         .to(x.device(), /*non_blocking=*/false);
+  const auto table = device_table(code, x.device());
   const auto blocks = as_blocks(x, blocksize);
   // Padding zeros never raise a maximum of absolute values.
   const auto amax = blocks.abs().amax({1});
