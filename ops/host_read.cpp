@@ -36,6 +36,12 @@ at::Tensor read_to_host(const at::Tensor& t, const char* site) {
   return t.cpu();
 }
 
+at::Tensor to_device_async(const at::Tensor& host, const at::Device& device) {
+  if (!host.defined() || !device.is_cuda()) return host;
+  TORCH_CHECK(host.is_cpu(), "to_device_async: the tensor is on ", host.device(), ", not the host");
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 std::map<std::string, int64_t> host_reads() {
   const std::lock_guard<std::mutex> lock(reads_mutex());
   return reads();

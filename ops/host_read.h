@@ -36,6 +36,11 @@ at::Tensor read_to_host(const at::Tensor& t, const char* site);
 // The reads so far in this process, by site.
 std::map<std::string, int64_t> host_reads();
 
+// `host` (a CPU tensor) on `device`, without making the host wait: on CUDA through pinned memory
+// and a non-blocking copy, ordered on the current stream before whatever uses it. (A copy from
+// pageable memory is a host synchronization on CUDA.) On the CPU, `host` itself.
+at::Tensor to_device_async(const at::Tensor& host, const at::Device& device);
+
 // Note [Lagged reads]
 // Some values the host needs one step later rather than now: whether the step's update was applied
 // (it is decided on the device, Note [Steps decided on the device] in engine/train/trainer.cpp) and

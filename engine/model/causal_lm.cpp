@@ -491,17 +491,20 @@ at::Tensor CausalLM::logit_mean_sums(const at::Tensor& h, const at::Tensor& posi
               positions.sizes(),
               " do not match the batch ",
               h.sizes().slice(0, 2));
+  TORCH_CHECK(positions.is_cpu(),
+              "logit_mean_sums: the positions must be host data (selecting them on a device makes the host wait "
+              "for it: Note [Host reads])");
   at::NoGradGuard no_grad;
-  const auto predicts = positions.to(device_, at::kBool);
   const auto weight = head_weight();
   constexpr int64_t kChunk = 256;  // positions per [chunk, V] block of logits
   std::vector<at::Tensor> rows;
   for (int64_t r = 0; r < h.size(0); ++r) {
-    const auto positions = h[r].index({predicts[r]});
+    const auto chosen = at::nonzero(positions[r].to(at::kBool)).squeeze(1);
+    const auto selected = h[r].index_select(0, ops::to_device_async(chosen, device_));
     auto sum = at::zeros({}, h.options().dtype(at::kFloat));
-    for (int64_t i = 0; i < positions.size(0); i += kChunk) {
+    for (int64_t i = 0; i < selected.size(0); i += kChunk) {
       auto logits =
-          ops::linear_dense(positions.narrow(0, i, std::min(kChunk, positions.size(0) - i)), weight, std::nullopt);
+          ops::linear_dense(selected.narrow(0, i, std::min(kChunk, selected.size(0) - i)), weight, std::nullopt);
       if (config_.final_logit_softcap) logits = ops::softcap_logits(logits, *config_.final_logit_softcap);
       sum = sum + logits.to(at::kFloat).mean(-1).sum();
     }

@@ -87,7 +87,7 @@ class CausalLM {
   // log-likelihood, what preference objectives compare (TRL's per-token log_probs, summed). Through
   // the same chunked cross-entropy as loss_sum, a row at a time.
   at::Tensor sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const;
-  // Per row: the sum over the positions where `positions` (bool [B, T]) is true of the mean logit
+  // Per row: the sum over the positions where `positions` (bool [B, T], host data) is true of the mean logit
   // over the vocabulary (soft-capped where the model caps), float32 [B], without gradient: TRL's
   // logits/chosen and logits/rejected before the division by the positions.
   at::Tensor logit_mean_sums(const at::Tensor& h, const at::Tensor& positions) const;

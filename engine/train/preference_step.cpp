@@ -66,7 +66,9 @@ PairBatch pair_batch(TrainingRun& run,
   const ReferenceFreeOptions free{
       reference_free_objective(c.rl), c.rl == "orpo" ? c.orpo_alpha : c.rl_beta, c.simpo_gamma, c.cpo_alpha};
   const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
-  const auto ids = b.input_ids.to(device), labels = b.labels.to(device);
+  // Host data on the device without a host synchronization (Note [Host reads]).
+  const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
+  const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
   at::Tensor ref;
   if (with_reference) {
     const lora::AdaptersOff off;  // the reference: the base (Note [Adapters off])
@@ -84,8 +86,8 @@ PairBatch pair_batch(TrainingRun& run,
   const auto logps = lm.sequence_log_probs(h, labels);
   const int64_t n = b.pairs;
   // The completion's tokens (IPO's length), and those the positions predict (the averages').
-  const auto completion = (b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat).to(device);
-  const auto predicted = predicting(b.labels).sum(1).to(at::kFloat).to(device);
+  const auto completion = to_device((b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat));
+  const auto predicted = to_device(predicting(b.labels).sum(1).to(at::kFloat));
   PreferenceLoss r;
   // The positions whose logits TRL averages: DPO's predict a completion token, ORPO's are every
   // token of the row but its last, CPO's (SimPO's) every token (TRL's also take the padding's).
@@ -105,8 +107,8 @@ PairBatch pair_batch(TrainingRun& run,
     if (c.rl == "orpo") {
       // Over the chosen rows' prompts and completions.
       const auto chosen_rows = b.row_labels.narrow(0, 0, n);
-      const auto tokens = predicting(chosen_rows).sum().to(at::kFloat).to(device);
-      nll = -lm.sequence_log_probs(h.narrow(0, 0, n), chosen_rows.to(device)).sum() / tokens;
+      const auto tokens = to_device(predicting(chosen_rows).sum().to(at::kFloat));
+      nll = -lm.sequence_log_probs(h.narrow(0, 0, n), to_device(chosen_rows)).sum() / tokens;
       logit_positions = predicting(b.row_labels);
     } else {
       // Over the chosen completions; CPOTrainer computes none where cpo_alpha is 0.
@@ -118,7 +120,7 @@ PairBatch pair_batch(TrainingRun& run,
   }
   out.loss = r.loss;
   const auto logit_sums = lm.logit_mean_sums(h.detach(), logit_positions);
-  const auto positions = logit_positions.sum(1).to(at::kFloat).to(device);
+  const auto positions = to_device(logit_positions.sum(1).to(at::kFloat));
   auto mean_logits = [&](int64_t first) {
     const auto count = positions.narrow(0, first, n).sum();
     return at::where(count > 0, logit_sums.narrow(0, first, n).sum() / count.clamp_min(1), at::zeros_like(count));

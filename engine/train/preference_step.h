@@ -18,12 +18,13 @@
 
 namespace qtrain::engine::train {
 
-// What a step's forward and backward leave on the device for its one host read (float64).
+// What a step's forward and backward leave on the device (float64; Note [Steps decided on the
+// device] in trainer.cpp).
 struct StepSums {
   at::Tensor loss;  // supervised: this rank's summed token losses; preference: its share of the step's loss
   at::Tensor aux;   // this rank's load-balancing losses, summed
-  at::Tensor metrics =
-      {};  // preference: preference_metric_names' summed over this rank's micro-batches; else undefined
+  // preference: preference_metric_names' summed over this rank's micro-batches; else undefined
+  at::Tensor metrics = {};
   int64_t recomputed = 0;
 };
 

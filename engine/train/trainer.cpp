@@ -47,10 +47,7 @@ constexpr int64_t kMaxConsecutiveNonFinite = 10;
 // segment and position ids: one right-padded sample per row needs no mask and positions
 // 0..T-1 (See Note [Packed batch layout]), and without a mask attention runs the flash kernel.
 schedule::StepInputs step_inputs(const data::Batch& b, const at::Device& device, bool packed) {
-  auto to = [&](const at::Tensor& t) {
-    if (!t.defined() || !device.is_cuda()) return t;
-    return t.pin_memory().to(device, /*non_blocking=*/true);
-  };
+  auto to = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
   // The padding mask only matters to the load-balancing loss, which leaves padding out.
   const auto mask = to(b.segment_ids >= 0);
   const int64_t predicted = model::predicted_token_count(b.labels);  // on the host: Note [Host reads]

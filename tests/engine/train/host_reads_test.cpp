@@ -31,13 +31,20 @@ class HostReads : public testing::Test {
  protected:
   void SetUp() override {
     dir_ = test::fresh_test_dir(/*create=*/true);
-    // Six pre-tokenized rows of 24 tokens within every fixture's vocabulary.
+    // Six pre-tokenized rows of 24 tokens within every fixture's vocabulary, and six pairs.
     at::manual_seed(5);
+    const auto ids = [](int64_t n) {
+      const auto t = at::randint(0, 100, {n}, at::kLong);
+      return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+    };
     std::ofstream data(dir_ / "data.jsonl");
+    std::ofstream pairs(dir_ / "pairs.jsonl");
     for (int i = 0; i < 6; ++i) {
-      const auto ids = at::randint(0, 100, {24}, at::kLong);
-      const std::vector<int64_t> v(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + 24);
+      const auto v = ids(24);
       data << nlohmann::json{{"input_ids", v}, {"labels", v}}.dump() << "\n";
+      pairs
+          << nlohmann::json{{"prompt_ids", ids(5 + i)}, {"chosen_ids", ids(3 + i % 2)}, {"rejected_ids", ids(4)}}.dump()
+          << "\n";
     }
   }
   void TearDown() override { io::remove_tree(dir_); }
@@ -55,7 +62,9 @@ class HostReads : public testing::Test {
     };
     auto run = [&](int64_t steps) {
       const auto file = dir_ / ("run" + std::to_string(steps) + ".yaml");
-      std::ofstream(file) << yaml << "datasets:\n  - path: data.jsonl\nsequence_len: 32\nlearning_rate: 0.001\n"
+      const bool preference = yaml.find("rl: ") != std::string::npos;
+      std::ofstream(file) << yaml << "datasets:\n  - path: " << (preference ? "pairs.jsonl" : "data.jsonl")
+                          << "\nsequence_len: 32\nlearning_rate: 0.001\n"
                           << "device: cpu\nseed: 3\nlogging_steps: 1000\nmax_steps: " << steps << "\noutput_dir: out"
                           << steps << "\n";
       const auto blocking = ops::host_reads();
@@ -106,6 +115,18 @@ TEST_F(HostReads, AnInt8OffloadedStepWith8bitAdamWReadsNothing) {
                               "\nadapter: lora\nload_in_8bit: true\nlora_r: 4\nlora_target_linear: true\n"
                               "optimizer: adamw_bnb_8bit\noffload_layers: 2\ngradient_checkpointing: true\n"
                               "activation_offloading: true\nmicro_batch_size: 3\n");
+  EXPECT_EQ(reads.blocking, Reads{});
+  EXPECT_EQ(reads.lagged, kLagged);
+}
+
+// DPO on an NF4 base (the reference and the model in each micro-batch): no read either; the pairs'
+// token counts and the positions whose logits TRL averages are host data, copied to the device
+// without a synchronization.
+TEST_F(HostReads, ADpoStepReadsNothing) {
+  const auto base = test::model_fixture("llama");
+  const auto reads = per_step("base_model: " + (base / "base").string() +
+                              "\nadapter: qlora\nload_in_4bit: true\nlora_r: 4\nlora_target_linear: true\n"
+                              "rl: dpo\nmicro_batch_size: 2\ngradient_accumulation_steps: 2\n");
   EXPECT_EQ(reads.blocking, Reads{});
   EXPECT_EQ(reads.lagged, kLagged);
 }

@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 
 // Four steps logged at the fourth, under QTRAIN_SYNC_CHECK=error: steps 2 and 3 run under c10's
 // sync-debug mode, where any host synchronization throws torch's error naming the operation.
-// Dense QLoRA with AdamW (CUDA's fused kernel), and LoRA on an INT8 base with 8-bit AdamW, two
-// streamed layers and offloaded activations.
+// Dense QLoRA with AdamW (CUDA's fused kernel); LoRA on an INT8 base with 8-bit AdamW, two
+// streamed layers and offloaded activations; DPO on the NF4 base.
 TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   const auto dir = test::fresh_test_dir(true);
@@ -37,14 +37,17 @@ TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
   const auto model_dir = dir / "model";
   model::write_random_model(model_dir, config, 5, at::kBFloat16);
   {
+    const auto ids = [&](int64_t n) {
+      const auto t = at::randint(config.vocab_size, {n}, at::kLong);
+      return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + n);
+    };
     std::ofstream data(dir / "data.jsonl");
-    const auto ids = at::randint(config.vocab_size, {8, seq}, at::kLong);
-    for (int64_t i = 0; i < ids.size(0); ++i) {
-      const auto row = ids[i];
-      data << nlohmann::json{{"input_ids",
-                              std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + seq)}}
-                  .dump()
-           << "\n";
+    std::ofstream pairs(dir / "pairs.jsonl");
+    for (int64_t i = 0; i < 8; ++i) {
+      data << nlohmann::json{{"input_ids", ids(seq)}}.dump() << "\n";
+      pairs
+          << nlohmann::json{{"prompt_ids", ids(60 + i)}, {"chosen_ids", ids(40)}, {"rejected_ids", ids(50 - i)}}.dump()
+          << "\n";
     }
   }
   const std::map<std::string, std::map<std::string, std::string>> cases = {
@@ -55,6 +58,7 @@ TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
         {"optimizer", "adamw_bnb_8bit"},
         {"offload_layers", "2"},
         {"activation_offloading", "true"}}},
+      {"dpo", {{"load_in_4bit", "true"}, {"adapter", "qlora"}, {"rl", "dpo"}}},
   };
   ::setenv("QTRAIN_SYNC_CHECK", "error", 1);
   for (const auto& [name, extra] : cases) {
@@ -63,7 +67,9 @@ TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
         {"base_model", model_dir.string()},
         {"lora_r", "8"},
         {"lora_target_linear", "true"},
-        {"datasets", "[{path: " + (dir / "data.jsonl").string() + ", type: pretokenized}]"},
+        {"datasets",
+         extra.contains("rl") ? "[{path: " + (dir / "pairs.jsonl").string() + "}]"
+                              : "[{path: " + (dir / "data.jsonl").string() + ", type: pretokenized}]"},
         {"sequence_len", std::to_string(seq)},
         {"micro_batch_size", "2"},
         {"gradient_accumulation_steps", "2"},
