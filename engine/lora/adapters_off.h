@@ -9,7 +9,9 @@
 // nothing), and the token embeddings and head trained in full give way to the frozen ones, so
 // the same weights, streamed or sharded as in training, compute the base model bit for bit. The
 // norms trained in full replace the base's in their layers (Note [Modules trained in full]) and
-// are not switched: a reference forward must refuse a model that trains norms.
+// are not switched: a run that trains norms, or continues an adapter, takes its reference from a
+// copy of its starting weights instead (Note [Reference adapter] in
+// engine/train/reference_weights.h).
 #pragma once
 
 namespace qtrain::engine::lora {

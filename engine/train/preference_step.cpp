@@ -71,8 +71,18 @@ PairBatch pair_batch(TrainingRun& run,
   const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
   at::Tensor ref;
   if (with_reference) {
-    const lora::AdaptersOff off;  // the reference: the base (Note [Adapters off])
-    ref = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+    const auto reference = [&] {
+      at::NoGradGuard no_grad;
+      return lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+    };
+    if (run.reference) {
+      const ReferenceWeightsOn starting(
+          *run.reference);  // the base with the starting adapter (Note [Reference adapter])
+      ref = reference();
+    } else {
+      const lora::AdaptersOff off;  // the base (Note [Adapters off])
+      ref = reference();
+    }
   }
   at::Tensor h;
   PairBatch out;

@@ -125,16 +125,18 @@ void resume_run(TrainingRun& run, const fs::path& resume, dist::Comm& comm, std:
   std::fprintf(out, "resume: %s at step %lld\n", resume.c_str(), static_cast<long long>(state.global_step));
 }
 
-// What preference tuning needs that a config may not give (Note [Adapters off]).
-void check_preference_run(const config::RunConfig& c, const model::CausalLM& lm) {
+// Whether the run's reference is a copy of its starting weights (Note [Reference adapter]): an
+// objective with a reference, continuing the adapter of lora_model_dir or training norms in full
+// (which replace the base's in their layers, so AdaptersOff cannot give the base back).
+bool reference_from_starting_weights(const config::RunConfig& c, const model::CausalLM& lm) {
+  return !c.rl.empty() && c.rl != "orpo" && c.rl != "simpo" &&
+         (!c.lora_model_dir.empty() || !lm.trained_norms().empty());
+}
+
+// What preference tuning needs that a config may not give.
+void check_preference_run(const config::RunConfig& c) {
   TORCH_CHECK(!c.sample_packing,
               "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
-  TORCH_CHECK(c.rl == "orpo" || c.rl == "simpo" || lm.trained_norms().empty(),
-              "rl: ",
-              c.rl,
-              "'s reference is the base with the adapters off, and norms trained in full replace the base's "
-              "(lora_modules_to_save or unfrozen_parameters naming norms); train the norms in a supervised run, or "
-              "use rl: orpo or simpo, which need no reference");
 }
 
 }  // namespace
@@ -287,7 +289,7 @@ TrainingRun set_up_training(
   size_t train_rows = 0;
   if (!c.rl.empty()) {
     // Preference tuning: pairs (Note [Preference batch]), held out as samples are.
-    check_preference_run(c, lm);
+    check_preference_run(c);
     auto read = load_preference_pairs(c, lm.config().vocab_size, tokenizer.get(), out);
     const auto is_eval = data::held_out_rows(read.size(), c.val_set_size, static_cast<uint64_t>(c.seed));
     std::vector<data::PreferencePair> train_pairs;
@@ -401,10 +403,22 @@ TrainingRun set_up_training(
                   .counts = {step_batches, share, steps_per_epoch, total, eval_steps, save_steps},
                   .lr_schedule = lr_schedule,
                   .optimizer = std::move(optimizer),
+                  .reference = nullptr,
                   .streamed = streamed,
                   .scheduler = std::move(scheduler),
                   .policy = policy,
                   .state = {}};
+  if (reference_from_starting_weights(c, *run.lm)) {
+    // Before a checkpoint's adapter replaces the starting one (Note [Reference adapter]).
+    run.reference = std::make_unique<ReferenceWeights>(params);
+    std::fprintf(
+        out,
+        "rl: %s's reference is the model the run starts from (%s), as TRL's \"ref\" adapter: a copy of "
+        "the trainable tensors, %.1f MiB\n",
+        c.rl.c_str(),
+        c.lora_model_dir.empty() ? "the base and its norms" : ("the base with " + c.lora_model_dir.string()).c_str(),
+        static_cast<double>(run.reference->nbytes()) / (1 << 20));
+  }
   if (!resume.empty()) resume_run(run, resume, comm, out);
   return run;
 }

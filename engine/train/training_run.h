@@ -24,6 +24,7 @@
 #include "engine/train/device_plan.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/reference_weights.h"
 #include "engine/train/run_state.h"
 #include "engine/train/run_vocabulary.h"
 
@@ -56,6 +57,9 @@ struct TrainingRun {
   StepCounts counts;
   LrSchedule lr_schedule;
   std::unique_ptr<Optimizer> optimizer;
+  // DPO's and IPO's reference when the run starts from lora_model_dir (Note [Reference adapter]);
+  // null: the reference is the base (Note [Adapters off]).
+  std::unique_ptr<ReferenceWeights> reference;
   std::shared_ptr<schedule::StreamedWeights> streamed;  // null when every layer is resident
   std::unique_ptr<schedule::LayerScheduler> scheduler;
   schedule::CheckpointPolicy policy = schedule::CheckpointPolicy::every_layer;

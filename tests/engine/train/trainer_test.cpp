@@ -411,6 +411,42 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
   }
 }
 
+// DPO continuing a trained adapter (lora_model_dir with B != 0, as after a supervised run): TRL's
+// DPOTrainer, handed that peft model, computes the reference through a frozen copy of the adapter
+// (Note [Reference adapter]), so the reference is the model the run starts from and the first loss
+// is ln 2, where the base alone would give another. The loss and TRL's metrics at each of 10
+// steps, float32, within the DPO test's tolerance; the starting adapter is what the reference
+// stays at while the adapter trains.
+TEST_F(Trainer, DpoContinuingAnAdapterTakesItAsTheReferenceAsTrlDoes) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  at::manual_seed(9);
+  write_pairs(
+      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+  auto start = io::load_peft_adapter(base / "adapter");
+  for (auto& [module, adapter] : start.adapters) adapter.b.detach().copy_(at::randn(adapter.b.sizes()) * 0.05);
+  io::save_peft_adapter(dir_ / "trained", start.config, start.adapters, (base / "base").string());
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  write_preference_config(dir_ / "continued.yaml", base, dir_ / "trained", "fp32", "rl: dpo\nrl_beta: 0.1\n", "out-c");
+  const auto r = train(config::load_run_config(dir_ / "continued.yaml", {}));
+  const auto ours = logged_steps(r.output_dir);
+  const auto theirs =
+      trl_logs((base / "base").string() + " " + (dir_ / "trained").string() + " " + (dir_ / "pairs.jsonl").string() +
+               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 sigmoid 64");
+  ASSERT_EQ(ours.size(), 10u);
+  ASSERT_EQ(theirs.size(), 10u);
+  EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
+  for (size_t i = 0; i < 10; ++i) {
+    std::vector<std::string> keys = {"loss"};
+    for (const auto& name : preference_metric_names("dpo")) keys.push_back(name);
+    for (const auto& key : keys) {
+      const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+      EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
+    }
+  }
+  EXPECT_GT(ours.back().at("rewards/margins").get<double>(), 0.0);
+}
+
 // rl: orpo and simpo against TRL's ORPOTrainer and CPOTrainer (loss_type simpo), as the DPO test
 // above: the loss and every metric of theirs (nll_loss, ORPO's log_odds_ratio and log_odds_chosen
 // too) at each of 10 steps, float32 and NF4 for ORPO, float32 for SimPO with and without the NLL
