@@ -249,6 +249,9 @@ struct RunConfig {
   double orpo_alpha = 0.1;
   double simpo_gamma = 0.5;
   double cpo_alpha = 1.0;
+  // DPO's and IPO's reference computed once before training, this many pairs at a time (0: micro_batch_size).
+  bool precompute_ref_log_probs = false;
+  int64_t precompute_ref_batch_size = 0;
 
   // --- memory, precision, device ---
   // Recompute layers in backward instead of keeping their activations.

@@ -18,7 +18,7 @@ std::vector<RunConfigKey> preference_keys() {
        R"md(`dpo` \| `ipo` \| `orpo` \| `simpo`)md",
        R"md(none)md",
        "axolotl",
-       R"md(Preference tuning instead of supervised fine-tuning, on pairs of a prompt with a chosen and a rejected completion, as TRL 1.16 computes each objective: `dpo` DPO's sigmoid loss and `ipo` IPO's (DPOTrainer), against a reference that is the base itself, the same quantized layers with the adapter switched off (no second model); `orpo` ORPO's odds-ratio loss with the chosen rows' NLL (ORPOTrainer) and `simpo` SimPO's (CPOTrainer with `loss_type: simpo`), which need no reference. The data: TRL's rows, `prompt`, `chosen` and `rejected` as text or conversations (rendered with `chat_template`) or pre-tokenized (`prompt_ids`, `chosen_ids`, `rejected_ids`), tokenized as TRL's DPOTrainer does, each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning. KTO is not built yet.)md",
+       R"md(Preference tuning instead of supervised fine-tuning, on pairs of a prompt with a chosen and a rejected completion, as TRL 1.16 computes each objective: `dpo` DPO's sigmoid loss and `ipo` IPO's (DPOTrainer), against a reference that is the model the run starts from: the base itself, the same quantized layers with the adapter switched off (no second model), or with `lora_model_dir` the base with that adapter, as TRL's `ref` copy; `orpo` ORPO's odds-ratio loss with the chosen rows' NLL (ORPOTrainer) and `simpo` SimPO's (CPOTrainer with `loss_type: simpo`), which need no reference. The data: TRL's rows, `prompt`, `chosen` and `rejected` as text or conversations (rendered with `chat_template`) or pre-tokenized (`prompt_ids`, `chosen_ids`, `rejected_ids`), tokenized as TRL's DPOTrainer does, each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning. KTO is not built yet.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.rl =
              r.choice(key, c.rl, {"dpo", "ipo", "orpo", "simpo"}, "use dpo, ipo, orpo or simpo (KTO is not built yet)");
@@ -65,6 +65,27 @@ std::vector<RunConfigKey> preference_keys() {
          c.cpo_alpha = r.number(key, c.cpo_alpha, at_least(0), "use a weight of 0 or more (TRL's default is 1)");
        },
        [](const RunConfig& c) -> std::string { return format_double(c.cpo_alpha); }},
+      {"precompute_ref_log_probs",
+       section,
+       R"md(bool)md",
+       R"md(`false`)md",
+       "TRL",
+       R"md(`dpo` and `ipo`: compute the reference's log-likelihoods of every pair (training and held-out) in one pass before the first step, as TRL's DPOTrainer does, and read them in the steps instead of running the reference forward in each micro-batch (one forward fewer per micro-batch). A resumed run computes them again. Needs `rl: dpo` or `ipo`. See PREFERENCE.md.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.precompute_ref_log_probs = r.boolean(key, c.precompute_ref_log_probs);
+       },
+       [](const RunConfig& c) -> std::string { return c.precompute_ref_log_probs ? "true" : "false"; }},
+      {"precompute_ref_batch_size",
+       section,
+       R"md(int >= 0)md",
+       R"md(`0`)md",
+       "TRL",
+       R"md(Pairs per forward of `precompute_ref_log_probs`' pass; `0`: `micro_batch_size` (TRL's default, `per_device_train_batch_size`).)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.precompute_ref_batch_size = r.integer(
+             key, c.precompute_ref_batch_size, between(0, 1 << 20), "use a number of pairs, or 0 for micro_batch_size");
+       },
+       [](const RunConfig& c) -> std::string { return std::to_string(c.precompute_ref_batch_size); }},
   };
 }
 

@@ -12,9 +12,11 @@
 // (CausalLM::sequence_log_probs): the completion given the prompt.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,9 @@ namespace qtrain::engine::data {
 
 struct PreferencePair {
   std::vector<int64_t> prompt, chosen, rejected;
+  // The reference's log-likelihoods of the chosen and the rejected row, where they were computed
+  // before training (Note [Precomputed reference] in engine/train/preference_step.h).
+  std::optional<std::array<float, 2>> reference;
 };
 
 struct PreferenceBatch {
@@ -66,6 +71,8 @@ class PairLoader {
   std::vector<PreferencePair> next();
   Position position() const { return order_.position(); }
   void seek(Position p);
+  // Every pair, in file order (for a pass over all of them).
+  std::vector<PreferencePair>& pairs() { return pairs_; }
 
  private:
   std::vector<PreferencePair> pairs_;

@@ -1,6 +1,10 @@
 // See preference_step.h.
 #include "engine/train/preference_step.h"
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+
 #include <ATen/ATen.h>
 
 #include "engine/lora/adapters_off.h"
@@ -46,6 +50,38 @@ std::vector<std::string> preference_metric_names(const std::string& rl) {
 
 namespace {
 
+// The reference's log-likelihoods of a batch's rows (Note [Preference batch]): the base with the
+// adapters off (Note [Adapters off]), or with the weights the run started from (Note [Reference
+// adapter]), under no gradient.
+at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
+  auto& scheduler = *run.scheduler;
+  const auto forward = [&] {
+    at::NoGradGuard no_grad;
+    return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+  };
+  if (run.reference) {
+    const ReferenceWeightsOn starting(*run.reference);
+    return forward();
+  }
+  const lora::AdaptersOff off;
+  return forward();
+}
+
+// The precomputed reference of a batch's rows (Note [Precomputed reference]): the chosen rows',
+// then the rejected rows'.
+at::Tensor precomputed(const std::vector<data::PreferencePair>& pairs, const at::Device& device) {
+  const auto n = static_cast<int64_t>(pairs.size());
+  auto values = at::empty({2 * n}, at::kFloat);
+  auto* v = values.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& r = pairs[static_cast<size_t>(i)].reference;
+    TORCH_CHECK(r, "a micro-batch mixes pairs with and without a precomputed reference");
+    v[i] = (*r)[0];
+    v[n + i] = (*r)[1];
+  }
+  return ops::to_device_async(values, device);
+}
+
 // One micro-batch of pairs: its loss (differentiable where `plan` is a training plan), its
 // load-balancing loss (undefined without one) and its metrics, float32 on the device.
 struct PairBatch {
@@ -70,20 +106,8 @@ PairBatch pair_batch(TrainingRun& run,
   const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
   const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
   at::Tensor ref;
-  if (with_reference) {
-    const auto reference = [&] {
-      at::NoGradGuard no_grad;
-      return lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
-    };
-    if (run.reference) {
-      const ReferenceWeightsOn starting(
-          *run.reference);  // the base with the starting adapter (Note [Reference adapter])
-      ref = reference();
-    } else {
-      const lora::AdaptersOff off;  // the base (Note [Adapters off])
-      ref = reference();
-    }
-  }
+  if (with_reference)
+    ref = pairs.front().reference ? precomputed(pairs, device) : reference_log_probs(run, ids, labels);
   at::Tensor h;
   PairBatch out;
   if (plan.training()) {
@@ -166,6 +190,44 @@ StepSums preference_forward_backward(TrainingRun& run,
     sums.metrics = sums.metrics + b.metrics.to(at::kDouble);
   }
   return sums;
+}
+
+void precompute_reference(TrainingRun& run, const config::RunConfig& c, std::FILE* out) {
+  const auto batch_size =
+      static_cast<size_t>(c.precompute_ref_batch_size > 0 ? c.precompute_ref_batch_size : c.micro_batch_size);
+  const auto& device = run.options.device;
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t done = 0;
+  const size_t total = run.pairs->pairs().size() + run.eval_pairs.size();
+  for (auto* pairs : {&run.pairs->pairs(), &run.eval_pairs}) {
+    std::vector<at::Tensor> values;  // per batch: the chosen rows', then the rejected rows'
+    for (size_t first = 0; first < pairs->size(); first += batch_size) {
+      const std::vector<data::PreferencePair> batch(
+          pairs->begin() + static_cast<std::ptrdiff_t>(first),
+          pairs->begin() + static_cast<std::ptrdiff_t>(std::min(pairs->size(), first + batch_size)));
+      const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
+      values.push_back(
+          reference_log_probs(run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
+      done += batch.size();
+      if (done == total || values.size() % 64 == 0) {
+        std::fprintf(out,
+                     "precompute_ref_log_probs: %zu/%zu pairs (%.1f s)\n",
+                     done,
+                     total,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::fflush(out);
+      }
+    }
+    if (values.empty()) continue;
+    const auto host = ops::read_to_host(at::cat(values).to(at::kFloat), "precompute: reference log-probabilities");
+    const auto* v = host.const_data_ptr<float>();
+    size_t at = 0;
+    for (size_t first = 0; first < pairs->size(); first += batch_size) {
+      const size_t n = std::min(pairs->size(), first + batch_size) - first;
+      for (size_t i = 0; i < n; ++i) (*pairs)[first + i].reference = std::array<float, 2>{v[at + i], v[at + n + i]};
+      at += 2 * n;
+    }
+  }
 }
 
 PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist::Comm& comm) {

@@ -4,6 +4,7 @@
 // [Reference-free losses]) differentiated, its metrics summed on the device.
 #pragma once
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,17 @@ StepSums preference_forward_backward(TrainingRun& run,
                                      const std::vector<std::vector<data::PreferencePair>>& batches,
                                      const config::RunConfig& c,
                                      double aux_coef);
+
+// Note [Precomputed reference]
+// With precompute_ref_log_probs (TRL's DPOTrainer option of the same name), one pass before the
+// first step computes the reference's log-likelihoods of every training pair's chosen and rejected
+// rows, then every held-out pair's, in file order, precompute_ref_batch_size pairs at a time
+// (micro_batch_size where 0), under no gradient; the steps and evaluations then read them instead
+// of running the reference, which saves one forward per micro-batch. The reference never changes,
+// so a resumed run computes the same values again. They can differ from a step's own reference
+// forward in the last float32 bits, since the pairs are padded to other widths there (TRL's do
+// too). Every rank computes all pairs (the pass is not split over the ranks).
+void precompute_reference(TrainingRun& run, const config::RunConfig& c, std::FILE* out);
 
 // The held-out pairs' loss (mean over the pairs, as the HF Trainer's evaluation averages a batch's
 // loss over its rows) and TRL's metrics with the prefix eval_ (means over the micro-batches, as

@@ -147,6 +147,10 @@ data::DataLoader::Position data_position(const TrainingRun& run) {
 
 TrainingRun set_up_training(
     const config::RunConfig& c, dist::Comm& comm, const at::Device& device, const fs::path& resume, std::FILE* out) {
+  TORCH_CHECK(!c.precompute_ref_log_probs || c.rl == "dpo" || c.rl == "ipo",
+              "precompute_ref_log_probs: ",
+              c.rl.empty() ? std::string("a supervised run") : "rl " + c.rl,
+              " has no reference to precompute; remove the key, or use rl: dpo or ipo");
   // Memory plan (before any weight is loaded), model and adapters.
   auto options = load_options(c);
   options.device = device;

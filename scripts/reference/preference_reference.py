@@ -9,7 +9,9 @@ HF Trainer does them, float32. Prints the log of every step (loss and TRL's metr
         WARMUP BETA LOSS MAX_LENGTH [SIMPO_GAMMA CPO_ALPHA] [--eval EVAL_PAIRS.jsonl EVAL_STEPS]
 
 With --eval the trainer also evaluates EVAL_PAIRS.jsonl (in one batch) every EVAL_STEPS steps, and
-the printed log holds those entries (eval_loss and the eval_ metrics) too.
+the printed log holds those entries (eval_loss and the eval_ metrics) too. With --precompute N
+(DPO and IPO) the reference log-probabilities are computed before training, N pairs at a time
+(precompute_ref_log_probs, precompute_ref_batch_size).
 
 TOKENIZER_DIR only gives the trainer a processing class: the pairs are already token ids, so
 dataset preparation (which would tokenize text) is skipped and the collator pads with id 0.
@@ -54,6 +56,11 @@ def main():
         eval_args = dict(eval_strategy="steps", eval_steps=int(argv[at + 2]),
                          per_device_eval_batch_size=len(eval_rows))
         argv = argv[:at] + argv[at + 3:]
+    precompute = {}
+    if "--precompute" in argv:
+        at = argv.index("--precompute")
+        precompute = dict(precompute_ref_log_probs=True, precompute_ref_batch_size=int(argv[at + 1]))
+        argv = argv[:at] + argv[at + 2:]
     sys.argv = argv
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
@@ -73,7 +80,7 @@ def main():
             DPOTrainer._prepare_dataset = lambda self, dataset, *args, **kw: dataset  # already token ids
             trainer = DPOTrainer(model=model, train_dataset=dataset, eval_dataset=eval_dataset, processing_class=tokenizer,
                                  args=DPOConfig(output_dir=out, loss_type=[loss_type], truncation_mode="keep_start",
-                                                **common),
+                                                **precompute, **common),
                                  data_collator=DataCollatorForPreference(pad_token_id=0, max_length=max_length))
         else:
             collator = DPODataCollatorWithPadding(pad_token_id=0)

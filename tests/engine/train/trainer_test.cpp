@@ -447,6 +447,61 @@ TEST_F(Trainer, DpoContinuingAnAdapterTakesItAsTheReferenceAsTrlDoes) {
   EXPECT_GT(ours.back().at("rewards/margins").get<double>(), 0.0);
 }
 
+// precompute_ref_log_probs against TRL's DPOTrainer with the same option, from a trained adapter
+// (so the precomputed reference is the starting weights', Note [Reference adapter]), 3 pairs per
+// precompute forward against 4 per step (so the rows are padded to other widths than in the
+// steps): the loss and TRL's metrics at each of 10 steps within the DPO test's float32
+// tolerance, the first loss ln 2; a run resumed from its step-4 checkpoint computes the same
+// reference again and goes on bitwise.
+TEST_F(Trainer, PrecomputedReferenceFollowsTrlsAndResumesBitwise) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  at::manual_seed(10);
+  write_pairs(
+      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+  auto start = io::load_peft_adapter(base / "adapter");
+  for (auto& [module, adapter] : start.adapters) adapter.b.detach().copy_(at::randn(adapter.b.sizes()) * 0.05);
+  io::save_peft_adapter(dir_ / "trained", start.config, start.adapters, (base / "base").string());
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  write_preference_config(dir_ / "pre.yaml",
+                          base,
+                          dir_ / "trained",
+                          "fp32",
+                          "rl: dpo\nrl_beta: 0.1\nprecompute_ref_log_probs: true\nprecompute_ref_batch_size: 3\n",
+                          "out-pre");
+  const auto r = train(config::load_run_config(dir_ / "pre.yaml", {}));
+  const auto ours = logged_steps(r.output_dir);
+  const auto theirs =
+      trl_logs((base / "base").string() + " " + (dir_ / "trained").string() + " " + (dir_ / "pairs.jsonl").string() +
+               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 sigmoid 64 --precompute 3");
+  ASSERT_EQ(ours.size(), 10u);
+  ASSERT_EQ(theirs.size(), 10u);
+  EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
+  for (size_t i = 0; i < 10; ++i) {
+    std::vector<std::string> keys = {"loss"};
+    for (const auto& name : preference_metric_names("dpo")) keys.push_back(name);
+    for (const auto& key : keys) {
+      const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+      EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
+    }
+  }
+  const auto resumed = train(config::load_run_config(
+      dir_ / "pre.yaml",
+      {"output_dir=out-pre-resumed", "resume_from_checkpoint=" + (r.output_dir / "checkpoint-4").string()}));
+  const auto b = losses(resumed.output_dir);
+  ASSERT_EQ(b.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b[i], ours[4 + i].at("loss").get<double>()) << "step " << i + 5;
+  // Only with rl: dpo or ipo.
+  try {
+    train(config::load_run_config(dir_ / "pre.yaml", {"rl=orpo", "output_dir=out-orpo"}));
+    FAIL() << "precompute_ref_log_probs with rl: orpo was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("precompute_ref_log_probs: rl orpo has no reference"),
+              std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
 // rl: orpo and simpo against TRL's ORPOTrainer and CPOTrainer (loss_type simpo), as the DPO test
 // above: the loss and every metric of theirs (nll_loss, ORPO's log_odds_ratio and log_odds_chosen
 // too) at each of 10 steps, float32 and NF4 for ORPO, float32 for SimPO with and without the NLL
