@@ -9,6 +9,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include "ops/host_read.h"
+
 namespace qtrain::engine::model {
 namespace {
 
@@ -43,9 +45,11 @@ at::Tensor apply_chunks(const at::Tensor& x,
       rows += counts[e];
       ends.push_back(static_cast<int32_t>(rows));
     }
-    const auto offsets = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(x.device());
+    // Host data: through pinned memory without a host synchronization (Note [Host reads]).
+    const auto offsets = ops::to_device_async(at::tensor(ends, at::TensorOptions().dtype(at::kInt)), x.device());
     const auto block = x.narrow(0, row, rows);
-    outputs.push_back(at::_grouped_mm(block, product == Product::forward ? workspace.transpose(1, 2) : workspace, offsets));
+    outputs.push_back(
+        at::_grouped_mm(block, product == Product::forward ? workspace.transpose(1, 2) : workspace, offsets));
     row += rows;
   }
   return outputs.size() == 1 ? outputs.front() : at::cat(outputs);
@@ -79,8 +83,7 @@ bool groupable(const LinearLayer& layer, at::ScalarType dtype) {
   const auto s = static_cast<int64_t>(c10::elementSize(dtype));
   const bool llm_int8 =
       std::holds_alternative<ops::Int8Weight>(layer.weight) && layer.quant.int8_compute == ops::Int8Compute::llm_int8;
-  return !llm_int8 && layer.in_features * s % 16 == 0 &&
-         layer.out_features * s % 16 == 0;
+  return !llm_int8 && layer.in_features * s % 16 == 0 && layer.out_features * s % 16 == 0;
 }
 
 at::Tensor grouped_expert_linear(const at::Tensor& rows,
@@ -112,7 +115,8 @@ at::Tensor grouped_expert_linear(const at::Tensor& rows,
     layers.push_back(l);
     total += counts[e];
   }
-  TORCH_CHECK(total == rows.size(0), "grouped_expert_linear: the counts sum to ", total, ", not ", rows.size(0), " rows");
+  TORCH_CHECK(
+      total == rows.size(0), "grouped_expert_linear: the counts sum to ", total, ", not ", rows.size(0), " rows");
 
   at::Tensor y;
   {

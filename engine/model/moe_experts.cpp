@@ -81,8 +81,9 @@ at::Tensor grouped_outputs(const MoeExperts& ex, const at::Tensor& rows, const s
   const bool on = lora::adapters_on();  // Note [Adapters off]
   at::Tensor touched_ids, offsets;
   if (on && (ex.gate_up_lora || ex.down_lora)) {
-    touched_ids = at::tensor(touched, at::TensorOptions().dtype(at::kLong)).to(rows.device());
-    offsets = at::tensor(ends, at::TensorOptions().dtype(at::kInt)).to(rows.device());
+    // Host data: through pinned memory without a host synchronization (Note [Host reads]).
+    touched_ids = ops::to_device_async(at::tensor(touched, at::TensorOptions().dtype(at::kLong)), rows.device());
+    offsets = ops::to_device_async(at::tensor(ends, at::TensorOptions().dtype(at::kInt)), rows.device());
   }
   auto gu = grouped_expert_linear(rows, touched_counts, gate_up);
   if (on && ex.gate_up_lora) gu = gu + grouped_lora_delta(rows, *ex.gate_up_lora, touched_ids, offsets);
