@@ -138,7 +138,9 @@ at::Tensor MoeExperts::forward(const at::Tensor& x, const Routing& routing, bool
               "; they must be [T, ",
               hidden_size(),
               "] and [T, K]");
-  auto [sorted, perm] = at::sort(routing.experts.reshape({-1}));
+  // Stable: a token's place in its expert's block, and so the products it joins, do not depend on
+  // the threads that sorted (a block's rows can round differently by their place in the GEMM).
+  auto [sorted, perm] = at::sort(routing.experts.reshape({-1}), /*stable=*/true, /*dim=*/0, /*descending=*/false);
   const auto rows = x.index_select(0, at::floor_divide(perm, k));  // [T*K, H], grouped by expert
   const auto counts = rows_per_expert(sorted, e_count);
   const auto outputs = uses_grouped_kernel(x.device(), x.scalar_type())

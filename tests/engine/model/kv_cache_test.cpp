@@ -67,8 +67,10 @@ TEST(KvCache, TokenByTokenEqualsTheFullForward) {
     }
     EXPECT_EQ(cache.length(), t);
     const auto cached = at::cat(pieces, 1);
-    // float32 on both sides: the same products over fewer or more keys, in another order.
-    EXPECT_LT(relative_error(cached, full), 1e-5) << fixture;
+    // float32 on both sides: the same products over fewer or more keys, in another order, and on
+    // MoE models each token's expert products in GEMMs of other shapes (measured up to 1.006e-5,
+    // Gemma 4's MoE fixture).
+    EXPECT_LT(relative_error(cached, full), 2e-5) << fixture;
     // What qtrain plan counts for it: every layer's keys and values (Gemma 4's full layers wider).
     EXPECT_EQ(cache.bytes(), kv_cache_bytes(lm.config(), 1, t, at::kFloat)) << fixture;
   }

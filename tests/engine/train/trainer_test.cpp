@@ -411,83 +411,65 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
   }
 }
 
-// DPO continuing a trained adapter (lora_model_dir with B != 0, as after a supervised run): TRL's
-// DPOTrainer, handed that peft model, computes the reference through a frozen copy of the adapter
-// (Note [Reference adapter]), so the reference is the model the run starts from and the first loss
-// is ln 2, where the base alone would give another. The loss and TRL's metrics at each of 10
-// steps, float32, within the DPO test's tolerance; the starting adapter is what the reference
-// stays at while the adapter trains.
-TEST_F(Trainer, DpoContinuingAnAdapterTakesItAsTheReferenceAsTrlDoes) {
-  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+// DPO from a trained adapter (lora_model_dir with B != 0, as after a supervised run), the run
+// config's preference keys `keys`, against TRL's DPOTrainer given `trl_args` beyond the DPO
+// test's: 10 steps on 4 pairs written to `dir`, float32. TRL's reference is then its frozen "ref"
+// copy of that adapter (Note [Reference adapter]): the first loss is ln 2 (with the base as the
+// reference it is 0.7029 here), and every logged value is within the DPO test's tolerance.
+// Returns the run's logged steps.
+std::vector<nlohmann::json> dpo_from_a_trained_adapter(const fs::path& dir,
+                                                       const std::string& name,
+                                                       const std::string& keys,
+                                                       const std::string& trl_args) {
   const auto base = test::model_fixture("llama");
   at::manual_seed(9);
   write_pairs(
-      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+      dir / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
   auto start = io::load_peft_adapter(base / "adapter");
   for (auto& [module, adapter] : start.adapters) adapter.b.detach().copy_(at::randn(adapter.b.sizes()) * 0.05);
-  io::save_peft_adapter(dir_ / "trained", start.config, start.adapters, (base / "base").string());
+  io::save_peft_adapter(dir / "trained", start.config, start.adapters, (base / "base").string());
   const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
-  write_preference_config(dir_ / "continued.yaml", base, dir_ / "trained", "fp32", "rl: dpo\nrl_beta: 0.1\n", "out-c");
-  const auto r = train(config::load_run_config(dir_ / "continued.yaml", {}));
+  write_preference_config(
+      dir / (name + ".yaml"), base, dir / "trained", "fp32", "rl: dpo\nrl_beta: 0.1\n" + keys, "out-" + name);
+  const auto r = train(config::load_run_config(dir / (name + ".yaml"), {}));
   const auto ours = logged_steps(r.output_dir);
   const auto theirs =
-      trl_logs((base / "base").string() + " " + (dir_ / "trained").string() + " " + (dir_ / "pairs.jsonl").string() +
-               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 sigmoid 64");
-  ASSERT_EQ(ours.size(), 10u);
-  ASSERT_EQ(theirs.size(), 10u);
+      trl_logs((base / "base").string() + " " + (dir / "trained").string() + " " + (dir / "pairs.jsonl").string() +
+               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 sigmoid 64" + trl_args);
+  EXPECT_EQ(ours.size(), 10u);
+  EXPECT_EQ(theirs.size(), 10u);
+  if (ours.size() != 10u || theirs.size() != 10u) return ours;
   EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
   for (size_t i = 0; i < 10; ++i) {
-    std::vector<std::string> keys = {"loss"};
-    for (const auto& name : preference_metric_names("dpo")) keys.push_back(name);
-    for (const auto& key : keys) {
+    std::vector<std::string> names = {"loss"};
+    for (const auto& metric : preference_metric_names("dpo")) names.push_back(metric);
+    for (const auto& key : names) {
       const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
       EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
     }
   }
   EXPECT_GT(ours.back().at("rewards/margins").get<double>(), 0.0);
+  return ours;
 }
 
-// precompute_ref_log_probs against TRL's DPOTrainer with the same option, from a trained adapter
-// (so the precomputed reference is the starting weights', Note [Reference adapter]), 3 pairs per
-// precompute forward against 4 per step (so the rows are padded to other widths than in the
-// steps): the loss and TRL's metrics at each of 10 steps within the DPO test's float32
-// tolerance, the first loss ln 2; a run resumed from its step-4 checkpoint computes the same
-// reference again and goes on bitwise.
+// DPO continuing a trained adapter takes it as the reference, as TRL does.
+TEST_F(Trainer, DpoContinuingAnAdapterTakesItAsTheReferenceAsTrlDoes) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  dpo_from_a_trained_adapter(dir_, "continued", "", "");
+}
+
+// precompute_ref_log_probs against TRL's DPOTrainer with the same option, 3 pairs per precompute
+// forward against 4 per step (so the rows are padded to other widths than in the steps), from a
+// trained adapter (so the precomputed reference is the starting weights'); a run resumed from its
+// step-4 checkpoint computes the same reference again and goes on bitwise.
 TEST_F(Trainer, PrecomputedReferenceFollowsTrlsAndResumesBitwise) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
-  const auto base = test::model_fixture("llama");
-  at::manual_seed(10);
-  write_pairs(
-      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
-  auto start = io::load_peft_adapter(base / "adapter");
-  for (auto& [module, adapter] : start.adapters) adapter.b.detach().copy_(at::randn(adapter.b.sizes()) * 0.05);
-  io::save_peft_adapter(dir_ / "trained", start.config, start.adapters, (base / "base").string());
-  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
-  write_preference_config(dir_ / "pre.yaml",
-                          base,
-                          dir_ / "trained",
-                          "fp32",
-                          "rl: dpo\nrl_beta: 0.1\nprecompute_ref_log_probs: true\nprecompute_ref_batch_size: 3\n",
-                          "out-pre");
-  const auto r = train(config::load_run_config(dir_ / "pre.yaml", {}));
-  const auto ours = logged_steps(r.output_dir);
-  const auto theirs =
-      trl_logs((base / "base").string() + " " + (dir_ / "trained").string() + " " + (dir_ / "pairs.jsonl").string() +
-               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 sigmoid 64 --precompute 3");
+  const auto ours = dpo_from_a_trained_adapter(
+      dir_, "pre", "precompute_ref_log_probs: true\nprecompute_ref_batch_size: 3\n", " --precompute 3");
   ASSERT_EQ(ours.size(), 10u);
-  ASSERT_EQ(theirs.size(), 10u);
-  EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
-  for (size_t i = 0; i < 10; ++i) {
-    std::vector<std::string> keys = {"loss"};
-    for (const auto& name : preference_metric_names("dpo")) keys.push_back(name);
-    for (const auto& key : keys) {
-      const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-      EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
-    }
-  }
   const auto resumed = train(config::load_run_config(
       dir_ / "pre.yaml",
-      {"output_dir=out-pre-resumed", "resume_from_checkpoint=" + (r.output_dir / "checkpoint-4").string()}));
+      {"output_dir=out-pre-resumed", "resume_from_checkpoint=" + (dir_ / "out-pre" / "checkpoint-4").string()}));
   const auto b = losses(resumed.output_dir);
   ASSERT_EQ(b.size(), 6u);
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b[i], ours[4 + i].at("loss").get<double>()) << "step " << i + 5;
