@@ -244,9 +244,11 @@ PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist
   const bool lockstep = run.sharded != nullptr;
   for (int64_t i = comm.rank(); i < (n + world - 1) / world * world; i += world) {
     if (i >= n) {
-      // A sharded base gathers every layer on every rank: pass through the others' forwards.
+      // A sharded base gathers every layer on every rank: pass through the others' forwards (the
+      // model's, and the reference's unless it was precomputed).
       if (lockstep) {
-        for (int k = 0; k < (reference_free(c.rl) ? 1 : 2); ++k) run.scheduler->skip_eval(plan);
+        const bool reference = !reference_free(c.rl) && !c.precompute_ref_log_probs;
+        for (int k = 0; k < (reference ? 2 : 1); ++k) run.scheduler->skip_eval(plan);
       }
       continue;
     }

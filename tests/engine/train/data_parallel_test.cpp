@@ -292,6 +292,12 @@ TEST_F(DataParallel, TwoRanksOfDpoTrainAsOneRankWithTwiceTheAccumulation) {
   run(qtrain({"train"}, "one", {"gradient_accumulation_steps=2"}), "one");
   run(qtrain(launch, "two", {"gradient_accumulation_steps=1"}), "two");
   run(qtrain(launch, "sharded", {"gradient_accumulation_steps=1", "shard_base=true"}), "sharded");
+  // With the reference precomputed, an evaluation round runs one forward per batch, and rank 1,
+  // without a batch, passes through that one only (two would leave the ranks' gathers apart).
+  run(qtrain(launch,
+             "sharded-precomputed",
+             {"gradient_accumulation_steps=1", "shard_base=true", "precompute_ref_log_probs=true"}),
+      "sharded-precomputed");
   const auto rows = [](const fs::path& dir) {
     std::vector<nlohmann::json> out;
     std::ifstream in(dir / "metrics.jsonl");
@@ -315,6 +321,14 @@ TEST_F(DataParallel, TwoRanksOfDpoTrainAsOneRankWithTwiceTheAccumulation) {
     for (const auto& [name, ad] : x.adapters) {
       EXPECT_TRUE(test::bitwise_equal(ad.a, y.adapters.at(name).a)) << name;
       EXPECT_TRUE(test::bitwise_equal(ad.b, y.adapters.at(name).b)) << name;
+    }
+  }
+  // The precomputed reference is the same base in other batches: equal to float32 rounding.
+  const auto p = rows(dir_ / "sharded-precomputed");
+  ASSERT_EQ(p.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    for (const char* key : {"loss", "eval_loss"}) {
+      if (a[i].contains(key)) EXPECT_NEAR(a[i].at(key).get<double>(), p[i].at(key).get<double>(), 1e-5) << key;
     }
   }
   EXPECT_NE(read(dir_ / "two.out").find("ranks: 2 (Gloo), a step is 2 micro-batches, 1 on each rank"),
