@@ -486,10 +486,11 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
     cost.checkpointed = shape.checkpoint == CheckpointPolicy::every_layer ||
                         (shape.checkpoint == CheckpointPolicy::every_kth && i % shape.checkpoint_every_k == 0);
     in.layers.push_back(cost);
-    // Weights and gradients in float32; AdamW's two moments in float32, or 8-bit blockwise per
-    // tensor when the optimizer is 8-bit.
+    // Weights and gradients in float32 (and the reference's copy of the weights); AdamW's two
+    // moments in float32, or 8-bit blockwise per tensor when the optimizer is 8-bit.
+    const int64_t copies = shape.reference_copy ? 3 : 2;
     for (const int64_t n : lora_tensor_sizes(c, shape.lora, i)) {
-      in.lora_bytes += n * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(n) : n * 4 * 2);
+      in.lora_bytes += n * 4 * copies + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(n) : n * 4 * 2);
     }
   }
 
@@ -497,8 +498,10 @@ offload::PlanInputs estimate_memory(const model::ModelConfig& c, const MemorySha
   // LoRA tensor has (Note [Modules trained in full]).
   const auto full = trained_in_full(c, shape.lora);
   for (const bool trained : {full.embed_tokens, full.lm_head}) {
-    if (trained)
-      in.lora_bytes += V * H * 4 * 2 + (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(V * H) : V * H * 4 * 2);
+    if (trained) {
+      in.lora_bytes += V * H * 4 * (shape.reference_copy ? 3 : 2) +
+                       (shape.optimizer_8bit ? ops::adam_8bit_moments_nbytes(V * H) : V * H * 4 * 2);
+    }
   }
 
   const int64_t rope_rows = shape.per_row_positions ? B : 1;

@@ -45,6 +45,9 @@ struct MemoryShape {
   // AdamW's moments in bitsandbytes' 8-bit blockwise form (optimizer adamw_bnb_8bit) rather
   // than float32.
   bool optimizer_8bit = false;
+  // The trainable tensors held twice: DPO's reference from the weights the run starts from
+  // (Note [Reference adapter], engine/train/reference_weights.h).
+  bool reference_copy = false;
   // The cap on the grouped expert kernel's workspace (Note [Grouped expert GEMM]; tests vary it).
   int64_t expert_workspace_bytes = model::kGroupedExpertWorkspaceBytes;
 };

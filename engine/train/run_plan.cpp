@@ -2,6 +2,8 @@
 // candidate change of the config (with offload_layers: auto) is kept when its plan fits.
 #include "engine/train/run_plan.h"
 
+#include <algorithm>
+
 #include <string>
 #include <vector>
 
@@ -135,6 +137,15 @@ schedule::MemoryShape memory_shape(const config::RunConfig& c, const model::Mode
   s.tiled_mlp_shards = c.tiled_mlp_num_shards;
   s.micro_batches_per_step = c.gradient_accumulation_steps;
   s.optimizer_8bit = c.optimizer == AdamW8bit::kName;
+  // DPO's reference from the starting weights (training_run.cpp): a run that continues an adapter
+  // or trains norms (named in lora_modules_to_save or unfrozen_parameters).
+  const auto names_a_norm = [](const std::vector<std::string>& names) {
+    return std::any_of(
+        names.begin(), names.end(), [](const std::string& n) { return n.find("norm") != std::string::npos; });
+  };
+  s.reference_copy =
+      !c.rl.empty() && c.rl != "orpo" && c.rl != "simpo" &&
+      (!c.lora_model_dir.empty() || names_a_norm(c.lora_modules_to_save) || names_a_norm(c.unfrozen_parameters));
   return s;
 }
 

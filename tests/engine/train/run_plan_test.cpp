@@ -60,5 +60,25 @@ TEST(PreferencePlan, APairCountsAsTwoRows) {
   EXPECT_LT(longest_sequence_len(dpo, model, 24 * kGiB), longest_sequence_len(sft, model, 24 * kGiB));
 }
 
+// DPO continuing an adapter holds a copy of the trainable tensors as its reference (Note
+// [Reference adapter]): the plan counts their float32 bytes once more, 4 bytes for each of the
+// 83,886,080 LoRA parameters of r 32 on every linear of Llama-3-8B's 32 layers (per layer
+// 32 * (8192 + 5120 + 5120 + 8192 + 3 * 18432)); a new adapter's reference needs none.
+TEST(PreferencePlan, ContinuingAnAdapterCountsTheReferenceCopy) {
+  const auto model = model::preset_config(model::Architecture::llama, "llama3-8b");
+  auto dpo = qlora_8b(false);
+  dpo.rl = "dpo";
+  auto continued = dpo;
+  continued.lora_model_dir = "adapter";
+  EXPECT_EQ(plan_run(continued, model, 24 * kGiB).allocated_bytes - plan_run(dpo, model, 24 * kGiB).allocated_bytes,
+            int64_t{83886080} * 4);
+  auto orpo = continued;
+  orpo.rl = "orpo";
+  auto fresh_orpo = dpo;
+  fresh_orpo.rl = "orpo";
+  EXPECT_EQ(plan_run(orpo, model, 24 * kGiB).allocated_bytes, plan_run(fresh_orpo, model, 24 * kGiB).allocated_bytes)
+      << "ORPO has no reference";
+}
+
 }  // namespace
 }  // namespace qtrain::engine::train
