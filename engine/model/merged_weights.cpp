@@ -1,6 +1,7 @@
 // See merged_weights.h.
 #include "engine/model/merged_weights.h"
 
+#include <functional>
 #include <map>
 #include <regex>
 
@@ -73,7 +74,8 @@ at::Tensor expert_tensor(const std::string& name, const CausalLM& lm, std::map<i
 // Whether `name` is bitsandbytes' quantization state of a weight in `weights`: "<w>.weight.<...>"
 // (4-bit: absmax, quant_map, nested_*, quant_state.*) or the 8-bit siblings "<w>.SCB" and
 // "<w>.weight_format". A layer's bias ("<w>.bias") is a tensor of its own.
-bool quant_state_of(const std::string& name, const std::map<std::string, at::Tensor>& weights) {
+template <class Map>
+bool quant_state_of(const std::string& name, const Map& weights) {
   const auto w = name.find(".weight.");
   if (w != std::string::npos && weights.count(name.substr(0, w + 7))) return true;
   const auto dot = name.rfind('.');
@@ -84,27 +86,36 @@ bool quant_state_of(const std::string& name, const std::map<std::string, at::Ten
 
 }  // namespace
 
-std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,
-                                                               const io::HfFolder& folder,
-                                                               at::ScalarType dtype) {
-  std::map<std::string, at::Tensor> weights;  // by stored name
+std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfFolder& folder, at::ScalarType dtype) {
+  // By stored name: the shape, and how to make the tensor in float32.
+  std::map<std::string, std::pair<std::vector<int64_t>, std::function<at::Tensor()>>> weights;
   for (const auto& layer : lm.layers()) {
     for (const auto* l : layer.linears()) {
-      const auto w = l->dense_weight(at::kFloat);
-      weights[l->name + ".weight"] = l->lora ? lora::lora_merged_weight(w, *l->lora) : w;
+      weights[l->name + ".weight"] = {{l->out_features, l->in_features}, [l] {
+                                        const auto w = l->dense_weight(at::kFloat);
+                                        return l->lora ? lora::lora_merged_weight(w, *l->lora) : w;
+                                      }};
     }
     // A router is written as qtrain holds it, in full precision (also where the base stored it
     // quantized), with its adapter merged (Note [Router LoRA]).
     if (const auto& moe = layer.moe) {
-      const auto w = (moe->gemma4_router ? moe->gemma4_router->proj : moe->router).to(at::kFloat);
-      weights[moe->router_stored] = moe->router_lora ? lora::lora_merged_weight(w, *moe->router_lora) : w;
+      const auto* m = &*moe;
+      const auto& router = m->gemma4_router ? m->gemma4_router->proj : m->router;
+      weights[m->router_stored] = {router.sizes().vec(), [m] {
+                                     const auto w =
+                                         (m->gemma4_router ? m->gemma4_router->proj : m->router).to(at::kFloat);
+                                     return m->router_lora ? lora::lora_merged_weight(w, *m->router_lora) : w;
+                                   }};
     }
   }
+  const auto as_float = [](const at::Tensor& t) {
+    return std::pair{t.sizes().vec(), std::function<at::Tensor()>([t] { return t.detach().to(at::kFloat); })};
+  };
   // The modules trained in full take the base's place (Note [Modules trained in full]); on a
   // model with tied embeddings the two are written apart, the head as lm_head.weight of its own.
   // Embeddings resized for new tokens (Note [Resized embeddings]) are written as the model has
   // them.
-  std::vector<std::pair<std::string, at::Tensor>> untied;
+  std::vector<MergedTensor> untied;
   std::string embed_name = embed_tokens_module(lm.config()) + ".weight";
   if (!folder.contains(embed_name) && folder.contains("language_model.model.embed_tokens.weight")) {
     embed_name = "language_model.model.embed_tokens.weight";  // the older multimodal layout
@@ -114,14 +125,15 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
   if (trained || resized) {
     const auto embed = lm.trained_embed_tokens().defined() ? lm.trained_embed_tokens() : lm.embed_tokens();
     const auto head = lm.trained_lm_head().defined() ? lm.trained_lm_head() : lm.lm_head();
-    weights[embed_name] = embed.detach().to(at::kFloat);
+    weights[embed_name] = as_float(embed);
     if (folder.contains("lm_head.weight")) {
-      weights["lm_head.weight"] = head.detach().to(at::kFloat);
+      weights["lm_head.weight"] = as_float(head);
     } else if (trained) {
-      untied.emplace_back("lm_head.weight", head.detach().to(dtype).contiguous());
+      untied.push_back(
+          {"lm_head.weight", head.sizes().vec(), [head, dtype] { return head.detach().to(dtype).contiguous(); }});
     }
   }
-  for (const auto& [module, weight] : lm.trained_norms()) weights[module + ".weight"] = weight.detach();
+  for (const auto& [module, weight] : lm.trained_norms()) weights[module + ".weight"] = as_float(weight);
   for (const auto& [name, w] : weights) {
     TORCH_CHECK(folder.contains(name),
                 folder.dir().string(),
@@ -130,22 +142,34 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
                 " for the merged weight of that linear: its weights are stored under other names, and merge can "
                 "only write back the names it read. Merge with peft's merge_and_unload() instead.");
   }
-  std::map<int64_t, MergedExperts> experts;  // merged once per layer, on first use
+  // Experts are merged here, a layer at a time (their shapes come from the merge), and held.
+  std::map<int64_t, MergedExperts> experts;
   const auto names = folder.tensor_names();
   for (const auto& name : names) {
     if (weights.count(name)) continue;
-    if (auto t = expert_tensor(name, lm, experts); t.defined()) weights[name] = t;
+    if (auto t = expert_tensor(name, lm, experts); t.defined()) weights[name] = {t.sizes().vec(), [t] { return t; }};
   }
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::vector<MergedTensor> out;
   for (const auto& name : names) {
     if (const auto it = weights.find(name); it != weights.end()) {
-      out.emplace_back(name, it->second.to(dtype).contiguous());
+      out.push_back(
+          {name, it->second.first, [make = it->second.second, dtype] { return make().to(dtype).contiguous(); }});
     } else if (!quant_state_of(name, weights)) {
-      const auto t = folder.tensor(name);
-      out.emplace_back(name, at::isFloatingType(t.scalar_type()) ? t.to(dtype) : t);
+      out.push_back({name, folder.shape(name), [&folder, name, dtype] {
+                       const auto t = folder.tensor(name);
+                       return at::isFloatingType(t.scalar_type()) ? t.to(dtype) : t;
+                     }});
     }
   }
   out.insert(out.end(), untied.begin(), untied.end());
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,
+                                                               const io::HfFolder& folder,
+                                                               at::ScalarType dtype) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& t : merged_tensor_makers(lm, folder, dtype)) out.emplace_back(t.name, t.make());
   return out;
 }
 

@@ -3,6 +3,7 @@
 // peft. See Note [Merged tensors].
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +23,18 @@ namespace qtrain::engine::model {
 std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& lm,
                                                                const io::HfFolder& folder,
                                                                at::ScalarType dtype);
+
+// One tensor of merged_tensors, made when asked: its name, its shape (numpy order), and `make`,
+// which computes it (a linear's merged weight from its base and adapter) and returns it in the
+// dtype asked for. A writer that makes them one at a time holds one merged weight at a time (the
+// experts of sparse layers are the exception: they are merged ahead and held).
+// The makers refer to `lm` and `folder`, which must outlive them.
+struct MergedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::function<at::Tensor()> make;
+};
+std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfFolder& folder, at::ScalarType dtype);
 
 // Whether merged_tensors writes tied embeddings apart (see above): the merged config.json must
 // then say tie_word_embeddings: false, or transformers would tie them again on load.

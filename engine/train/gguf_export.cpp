@@ -237,9 +237,11 @@ at::Tensor gguf_rows(const std::string& arch,
   return t;
 }
 
-GgmlType matrix_type(const at::Tensor& t, GgmlType type) {
-  if (t.dim() <= 1) return GgmlType::f32;
-  return type == GgmlType::q8_0 && t.size(-1) % 32 != 0 ? GgmlType::f16 : type;
+// The type a tensor of `shape` (numpy order) is written in: vectors in F32, matrices in `type`
+// (Q8_0's blocks of 32 need rows of a multiple of 32; F16 otherwise).
+GgmlType matrix_type(const std::vector<int64_t>& shape, GgmlType type) {
+  if (shape.size() <= 1) return GgmlType::f32;
+  return type == GgmlType::q8_0 && shape.back() % 32 != 0 ? GgmlType::f16 : type;
 }
 
 }  // namespace
@@ -294,8 +296,10 @@ void write_gguf_adapter(
     alpha = module_alpha;
     const at::Tensor lora_a = a.a.detach().to(at::kFloat).contiguous();
     const at::Tensor lora_b = gguf_rows(arch, name, a.b.detach().to(at::kFloat), mc).contiguous();
-    w.add_tensor(*gguf + ".lora_a", lora_a.sizes().vec(), matrix_type(lora_a, type), [lora_a] { return lora_a; });
-    w.add_tensor(*gguf + ".lora_b", lora_b.sizes().vec(), matrix_type(lora_b, type), [lora_b] { return lora_b; });
+    w.add_tensor(
+        *gguf + ".lora_a", lora_a.sizes().vec(), matrix_type(lora_a.sizes().vec(), type), [lora_a] { return lora_a; });
+    w.add_tensor(
+        *gguf + ".lora_b", lora_b.sizes().vec(), matrix_type(lora_b.sizes().vec(), type), [lora_b] { return lora_b; });
   }
   TORCH_CHECK(alpha.has_value(), "export-gguf --adapter-only: the adapter adapts no linear layer");
   w.add_float32("adapter.lora.alpha", static_cast<float>(*alpha));
@@ -322,7 +326,8 @@ void write_gguf(const config::RunConfig& c,
               "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
               "merge first (qtrain merge) and export the merged folder");
   const auto folder = io::HfFolder::open(c.base_model);
-  auto tensors = model::merged_tensors(lm, folder, at::kFloat);
+  // Made one at a time while the file is written: one merged weight in memory at a time.
+  const auto tensors = model::merged_tensor_makers(lm, folder, at::kFloat);
 
   io::GgufWriter w;
   w.add_string("general.architecture", arch);
@@ -356,11 +361,11 @@ void write_gguf(const config::RunConfig& c,
     const auto factors = llama3_rope_factors(mc);
     w.add_tensor("rope_freqs.weight", factors.sizes().vec(), GgmlType::f32, [factors] { return factors; });
   }
-  for (auto& [name, tensor] : tensors) {
-    const auto gguf = gguf_name(name);
-    TORCH_CHECK(gguf.has_value(), "export-gguf: no GGUF name for the tensor '", name, "'");
-    const at::Tensor t = gguf_rows(arch, name, tensor, mc);
-    w.add_tensor(*gguf, t.sizes().vec(), matrix_type(t, type), [t] { return t; });
+  for (const auto& t : tensors) {
+    const auto gguf = gguf_name(t.name);
+    TORCH_CHECK(gguf.has_value(), "export-gguf: no GGUF name for the tensor '", t.name, "'");
+    w.add_tensor(
+        *gguf, t.shape, matrix_type(t.shape, type), [&arch, &mc, &t] { return gguf_rows(arch, t.name, t.make(), mc); });
   }
   // A progress line every tenth of the tensors.
   w.write(out, [&](size_t i, size_t n) {
