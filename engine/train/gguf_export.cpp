@@ -313,7 +313,19 @@ void write_gguf(const config::RunConfig& c,
                 GgmlType type,
                 const std::string& pre,
                 std::FILE* log) {
-  auto run = load_run_model(c, adapter, "export-gguf", log, model::LoadOptions{});
+  // The model is held in the dtype its float weights are stored in (bfloat16 or float16 where
+  // all of them are, float32 otherwise): each merged weight is computed in float32 from it, from
+  // the same values as a float32 copy would hold, at half the memory.
+  const auto folder = io::HfFolder::open(c.base_model);
+  model::LoadOptions options;
+  std::optional<at::ScalarType> stored;
+  for (const auto& name : folder.tensor_names()) {
+    const auto t = folder.dtype(name);
+    if (!at::isFloatingType(t)) continue;
+    stored = !stored || *stored == t ? t : at::kFloat;
+  }
+  if (stored == at::kBFloat16 || stored == at::kHalf) options.dtype = *stored;
+  auto run = load_run_model(c, adapter, "export-gguf", log, options);
   const auto& lm = *run.lm;
   const auto& mc = lm.config();
   const std::string arch = gguf_architecture(mc);
@@ -325,7 +337,6 @@ void write_gguf(const config::RunConfig& c,
   TORCH_CHECK(lm.config().vocab_size == run.base_vocab_size,
               "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
               "merge first (qtrain merge) and export the merged folder");
-  const auto folder = io::HfFolder::open(c.base_model);
   // Made one at a time while the file is written: one merged weight in memory at a time.
   const auto tensors = model::merged_tensor_makers(lm, folder, at::kFloat);
 
