@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from qtrain_bench import make_model, qtrain_binary
+
 TRL_STEPS = r"""
 import json, os, sys, time
 os.environ["TORCHDYNAMO_DISABLE"] = "1"
@@ -78,10 +80,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    model_dir = os.path.join(args.build, "bench-models", "llama-small")
-    if not os.path.exists(os.path.join(model_dir, "config.json")):
-        subprocess.run([os.path.join(args.build, "apps", "qtrain"), "init-model", "--arch", "llama", "--preset",
-                        "small", "--out", model_dir], check=True)
+    model_dir = make_model(qtrain_binary(args.build), "small", os.path.join(args.build, "bench-models", "llama-small"),
+                           dtype="fp32")
     tokenizer_dir = os.path.join(args.build, "fixtures", "tokenizers", "llama3")
     rng = random.Random(5)
     with tempfile.TemporaryDirectory() as out:
