@@ -192,24 +192,37 @@ StepSums preference_forward_backward(TrainingRun& run,
   return sums;
 }
 
-void precompute_reference(TrainingRun& run, const config::RunConfig& c, std::FILE* out) {
+void precompute_reference(TrainingRun& run, const config::RunConfig& c, dist::Comm& comm, std::FILE* out) {
   const auto batch_size =
       static_cast<size_t>(c.precompute_ref_batch_size > 0 ? c.precompute_ref_batch_size : c.micro_batch_size);
   const auto& device = run.options.device;
+  const auto world = static_cast<size_t>(comm.world_size()), rank = static_cast<size_t>(comm.rank());
   const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
   const size_t total = run.pairs->pairs().size() + run.eval_pairs.size();
+  size_t before = 0;  // the pairs of the splits done
   for (auto* pairs : {&run.pairs->pairs(), &run.eval_pairs}) {
-    std::vector<at::Tensor> values;  // per batch: the chosen rows', then the rejected rows'
-    for (size_t first = 0; first < pairs->size(); first += batch_size) {
-      const std::vector<data::PreferencePair> batch(
-          pairs->begin() + static_cast<std::ptrdiff_t>(first),
-          pairs->begin() + static_cast<std::ptrdiff_t>(std::min(pairs->size(), first + batch_size)));
-      const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
-      values.push_back(
-          reference_log_probs(run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
-      done += batch.size();
-      if (done == total || values.size() % 64 == 0) {
+    const size_t n = pairs->size(), batches = (n + batch_size - 1) / batch_size;
+    if (n == 0) continue;
+    // Batch k's chosen rows' values, then its rejected rows', from 2 * its first pair on; rank r
+    // computes batches r, r + world, ..., and the sum over the ranks fills in the others'.
+    auto values = at::zeros({static_cast<int64_t>(2 * n)}, at::TensorOptions().dtype(at::kFloat).device(device));
+    const size_t rounds = (batches + world - 1) / world;
+    for (size_t round = 0; round < rounds; ++round) {
+      const size_t k = round * world + rank;
+      if (k >= batches) {
+        // A sharded base gathers every layer on every rank: pass through the others' forwards.
+        if (run.sharded) run.scheduler->skip_eval(run.scheduler->prepare_eval());
+      } else {
+        const size_t first = k * batch_size, count = std::min(n, first + batch_size) - first;
+        const std::vector<data::PreferencePair> batch(pairs->begin() + static_cast<std::ptrdiff_t>(first),
+                                                      pairs->begin() + static_cast<std::ptrdiff_t>(first + count));
+        const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
+        values.narrow(0, static_cast<int64_t>(2 * first), static_cast<int64_t>(2 * count))
+            .copy_(reference_log_probs(
+                run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
+      }
+      const size_t done = before + std::min(n, (round + 1) * world * batch_size);
+      if (round + 1 == rounds || (round + 1) % 64 == 0) {
         std::fprintf(out,
                      "precompute_ref_log_probs: %zu/%zu pairs (%.1f s)\n",
                      done,
@@ -218,15 +231,16 @@ void precompute_reference(TrainingRun& run, const config::RunConfig& c, std::FIL
         std::fflush(out);
       }
     }
-    if (values.empty()) continue;
-    const auto host = ops::read_to_host(at::cat(values).to(at::kFloat), "precompute: reference log-probabilities");
+    if (world > 1) comm.allreduce_sum(values, "gathering the precomputed reference log-probabilities");
+    const auto host = ops::read_to_host(values, "precompute: reference log-probabilities");
     const auto* v = host.const_data_ptr<float>();
-    size_t at = 0;
-    for (size_t first = 0; first < pairs->size(); first += batch_size) {
-      const size_t n = std::min(pairs->size(), first + batch_size) - first;
-      for (size_t i = 0; i < n; ++i) (*pairs)[first + i].reference = std::array<float, 2>{v[at + i], v[at + n + i]};
-      at += 2 * n;
+    for (size_t first = 0; first < n; first += batch_size) {
+      const size_t count = std::min(n, first + batch_size) - first;
+      for (size_t i = 0; i < count; ++i) {
+        (*pairs)[first + i].reference = std::array<float, 2>{v[2 * first + i], v[2 * first + count + i]};
+      }
     }
+    before += n;
   }
 }
 

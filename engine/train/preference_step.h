@@ -53,8 +53,9 @@ StepSums preference_forward_backward(TrainingRun& run,
 // of running the reference, which saves one forward per micro-batch. The reference never changes,
 // so a resumed run computes the same values again. They can differ from a step's own reference
 // forward in the last float32 bits, since the pairs are padded to other widths there (TRL's do
-// too). Every rank computes all pairs (the pass is not split over the ranks).
-void precompute_reference(TrainingRun& run, const config::RunConfig& c, std::FILE* out);
+// too). Rank r computes batches r, r + world_size, ... of the pass, and the values are summed over
+// the ranks (each is computed by one), so the ranks share the work and all hold every value.
+void precompute_reference(TrainingRun& run, const config::RunConfig& c, dist::Comm& comm, std::FILE* out);
 
 // The held-out pairs' loss (mean over the pairs, as the HF Trainer's evaluation averages a batch's
 // loss over its rows) and TRL's metrics with the prefix eval_ (means over the micro-batches, as

@@ -292,8 +292,11 @@ TEST_F(DataParallel, TwoRanksOfDpoTrainAsOneRankWithTwiceTheAccumulation) {
   run(qtrain({"train"}, "one", {"gradient_accumulation_steps=2"}), "one");
   run(qtrain(launch, "two", {"gradient_accumulation_steps=1"}), "two");
   run(qtrain(launch, "sharded", {"gradient_accumulation_steps=1", "shard_base=true"}), "sharded");
-  // With the reference precomputed, an evaluation round runs one forward per batch, and rank 1,
-  // without a batch, passes through that one only (two would leave the ranks' gathers apart).
+  // With the reference precomputed, the ranks share the precompute pass (3 batches of training
+  // pairs: rank 1 passes through the third's gathers), and an evaluation round runs one forward
+  // per batch, rank 1, without a batch, passing through that one only.
+  run(qtrain({"train"}, "one-precomputed", {"gradient_accumulation_steps=2", "precompute_ref_log_probs=true"}),
+      "one-precomputed");
   run(qtrain(launch,
              "sharded-precomputed",
              {"gradient_accumulation_steps=1", "shard_base=true", "precompute_ref_log_probs=true"}),
@@ -323,14 +326,20 @@ TEST_F(DataParallel, TwoRanksOfDpoTrainAsOneRankWithTwiceTheAccumulation) {
       EXPECT_TRUE(test::bitwise_equal(ad.b, y.adapters.at(name).b)) << name;
     }
   }
-  // The precomputed reference is the same base in other batches: equal to float32 rounding.
-  const auto p = rows(dir_ / "sharded-precomputed");
+  // Each pair's reference is computed by one rank, the same batch as one rank computes it: bitwise.
+  // (Against the per-step reference, the same base in other batches: equal to float32 rounding.)
+  const auto p = rows(dir_ / "sharded-precomputed"), q = rows(dir_ / "one-precomputed");
   ASSERT_EQ(p.size(), a.size());
+  ASSERT_EQ(q.size(), a.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    for (const char* key : {"loss", "eval_loss"}) {
-      if (a[i].contains(key)) EXPECT_NEAR(a[i].at(key).get<double>(), p[i].at(key).get<double>(), 1e-5) << key;
+    for (const char* key : {"loss", "grad_norm", "rewards/margins", "eval_loss", "eval_rewards/margins"}) {
+      if (!a[i].contains(key)) continue;
+      EXPECT_EQ(q[i].at(key).get<double>(), p[i].at(key).get<double>()) << key << " in row " << i;
+      EXPECT_NEAR(a[i].at(key).get<double>(), p[i].at(key).get<double>(), 1e-5) << key << " in row " << i;
     }
   }
+  EXPECT_NE(read(dir_ / "sharded-precomputed.out").find("precompute_ref_log_probs: 6/8 pairs"), std::string::npos)
+      << read(dir_ / "sharded-precomputed.out");
   EXPECT_NE(read(dir_ / "two.out").find("ranks: 2 (Gloo), a step is 2 micro-batches, 1 on each rank"),
             std::string::npos);
   EXPECT_NE(read(dir_ / "sharded.out").find("shard_base: "), std::string::npos);
