@@ -67,9 +67,14 @@ void print_longest_sequences(const engine::config::RunConfig& c,
                              double h2d,
                              int64_t world) {
   using engine::config::GradientCheckpointing;
-  std::printf("longest sequence_len that fits %s (micro_batch_size %lld, offload_layers %s):\n",
+  // A preference run's micro-batch of pairs is twice as many rows, each a prompt with one completion.
+  const std::string pairs = c.rl.empty() ? ""
+                                         : " (rl: " + c.rl + ": " + std::to_string(2 * c.micro_batch_size) +
+                                               " rows, each prompt + completion)";
+  std::printf("longest sequence_len that fits %s (micro_batch_size %lld%s, offload_layers %s):\n",
               offload::format_bytes(budget).c_str(),
               static_cast<long long>(c.micro_batch_size),
+              pairs.c_str(),
               c.offload_layers_auto ? "auto" : std::to_string(c.offload_layers).c_str());
   for (const bool activations : {false, true}) {
     for (const bool tiled : {false, true}) {

@@ -771,6 +771,14 @@ TEST_F(Commands, PlanPrintsTheMemoryTableFromConfigJsonAlone) {
     EXPECT_NE(roomy.out.find(part), std::string::npos) << part << "\n" << roomy.out;
   }
 
+  // Preference tuning: a micro-batch of pairs is twice the rows, each row's length is the limit.
+  const auto dpo = run(plan + " --gpu-memory 24GiB --set rl=dpo", true);
+  ASSERT_EQ(dpo.status, 0) << dpo.out;
+  EXPECT_NE(dpo.out.find("longest sequence_len that fits 24.00 GiB (micro_batch_size 1 (rl: dpo: 2 rows, each prompt + "
+                         "completion), offload_layers auto):"),
+            std::string::npos)
+      << dpo.out;
+
   // 8 GiB: some layers stream from host RAM, copied twice in each of 4 micro-batches.
   const auto tight = run(plan + " --gpu-memory 8GiB --h2d-bandwidth 12.5GB/s", true);
   ASSERT_EQ(tight.status, 0) << tight.out;
