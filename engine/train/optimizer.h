@@ -37,9 +37,10 @@ class Optimizer {
   //
   // `apply`, when defined, is a bool scalar on the parameters' device that decides the update on
   // the device: where it is false, the parameters and the state stay as they were, bit for bit,
-  // and the host never reads it (a step whose gradients are not finite; Note [Steps decided on the
-  // device] in trainer.cpp). The step counter advances either way: the caller, once it has read
-  // `apply`, takes a skipped step back with step_skipped() before the next step.
+  // and on a GPU the host never reads it (a step whose gradients are not finite; Note [Steps
+  // decided on the device] in trainer.cpp). AdamW's CPU kernel reads it, which waits for nothing. The step counter
+  // advances either way: the caller, once it has read `apply`, takes a skipped step back with step_skipped() before the
+  // next step.
   virtual void step(double lr, const at::Tensor& apply) = 0;
   void step(double lr) { step(lr, at::Tensor()); }
   // The last step's update was not applied (its `apply` was false): the counter goes back.

@@ -19,12 +19,19 @@ int64_t ReferenceWeights::nbytes() const {
 
 ReferenceWeightsOn::ReferenceWeightsOn(const ReferenceWeights& weights)
     : weights_(weights), grad_was_enabled_(at::GradMode::is_enabled()) {
-  at::GradMode::set_enabled(false);
   const auto& params = weights_.params();
-  for (size_t i = 0; i < params.size(); ++i) {
-    trained_.push_back(params[i].variable_data());
-    params[i].set_data(weights_.copies()[i]);
+  trained_.reserve(params.size());
+  try {
+    for (size_t i = 0; i < params.size(); ++i) {
+      trained_.push_back(params[i].variable_data());
+      params[i].set_data(weights_.copies()[i]);
+    }
+  } catch (...) {
+    // The destructor will not run: put back what was swapped.
+    for (size_t i = 0; i < trained_.size(); ++i) params[i].set_data(trained_[i]);
+    throw;
   }
+  at::GradMode::set_enabled(false);
 }
 
 ReferenceWeightsOn::~ReferenceWeightsOn() {

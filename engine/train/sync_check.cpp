@@ -19,6 +19,7 @@ SyncCheck::SyncCheck(const c10::Device& device) {
               "'; it must be error, warn, or unset (Note [Sync check])");
   if (v == "error") mode_ = static_cast<int>(c10::cuda::SyncDebugMode::L_ERROR);
   if (v == "warn") mode_ = static_cast<int>(c10::cuda::SyncDebugMode::L_WARN);
+  previous_ = static_cast<int>(c10::cuda::warning_state().get_sync_debug_mode());
 }
 
 SyncCheck::~SyncCheck() {
@@ -27,8 +28,7 @@ SyncCheck::~SyncCheck() {
 
 void SyncCheck::set_active(bool active) {
   if (mode_ == 0) return;
-  c10::cuda::warning_state().set_sync_debug_mode(active ? static_cast<c10::cuda::SyncDebugMode>(mode_)
-                                                        : c10::cuda::SyncDebugMode::L_DISABLED);
+  c10::cuda::warning_state().set_sync_debug_mode(static_cast<c10::cuda::SyncDebugMode>(active ? mode_ : previous_));
 }
 
 }  // namespace qtrain::engine::train

@@ -14,7 +14,9 @@ namespace qtrain::engine::train {
 // synchronize) raises torch's "called a synchronizing CUDA operation" error at the operation (or
 // warns). Waiting for an event, as the lagged reads do (Note [Lagged reads]), is not one. The GPU
 // tests run a training step so (TrainStepCuda.*), so that a new sync in the step fails them; runs
-// without the variable are not touched. Other values and other devices: off.
+// without the variable are not touched. Other values and other devices: off. The mode is the
+// process's (c10's global), and a MoE model's rows per expert are a read the step still makes, so
+// its runs fail the check at their first sparse layer.
 class SyncCheck {
  public:
   explicit SyncCheck(const c10::Device& device);
@@ -26,7 +28,8 @@ class SyncCheck {
   void set_active(bool active);
 
  private:
-  int mode_ = 0;  // c10::cuda::SyncDebugMode while active; 0: the check is off for this run
+  int mode_ = 0;      // c10::cuda::SyncDebugMode while active; 0: the check is off for this run
+  int previous_ = 0;  // the process's mode before, put back while inactive
 };
 
 }  // namespace qtrain::engine::train

@@ -453,7 +453,10 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   c10::OptionalDeviceGuard device_guard;
   if (device.is_cuda()) device_guard.reset_device(device);
   auto run = set_up_training(c, comm, device, resume, out);
-  if (c.precompute_ref_log_probs) precompute_reference(run, c, comm, out);  // Note [Precomputed reference]
+  if (c.precompute_ref_log_probs) {
+    precompute_reference(run, c, comm, out);  // Note [Precomputed reference]
+    run.reference.reset();                    // every reference the run needs is computed
+  }
   auto& state = run.state;
   const int64_t total = run.counts.total, eval_steps = run.counts.eval_steps, save_steps = run.counts.save_steps;
 

@@ -76,6 +76,7 @@ at::Tensor device_table(const std::array<float, 256>& code, const at::Device& de
 }
 
 inline uint16_t grid_index(float v) {
+  if (std::isnan(v)) v = 0.0f;  // as the ATen form's nan_to_num (a skipped step's moments; the codes are discarded)
   v = std::clamp(v, -1.0f, 1.0f);
   return static_cast<uint16_t>((v + 1.0f) * 0.5f * 65535.0f + 0.5f);
 }

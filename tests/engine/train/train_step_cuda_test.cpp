@@ -60,7 +60,11 @@ TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
         {"activation_offloading", "true"}}},
       {"dpo", {{"load_in_4bit", "true"}, {"adapter", "qlora"}, {"rl", "dpo"}}},
   };
-  ::setenv("QTRAIN_SYNC_CHECK", "error", 1);
+  // Set for this test only, whatever it ends with.
+  struct SyncCheckOn {
+    SyncCheckOn() { ::setenv("QTRAIN_SYNC_CHECK", "error", 1); }
+    ~SyncCheckOn() { ::unsetenv("QTRAIN_SYNC_CHECK"); }
+  } sync_check_on;
   for (const auto& [name, extra] : cases) {
     SCOPED_TRACE(name);
     std::map<std::string, std::string> keys = {
@@ -94,7 +98,6 @@ TEST(TrainStepCuda, StepsThatDoNotLogDoNotSynchronize) {
       ADD_FAILURE() << e.what();
     }
   }
-  ::unsetenv("QTRAIN_SYNC_CHECK");
   io::remove_tree(dir);
 }
 
@@ -123,12 +126,23 @@ TEST(TrainStepCuda, FusedAdamWTracksTheCpuKernelAndSkipsOnTheDevice) {
       cpu_params[i].mutable_grad() = grad;
       cuda_params[i].mutable_grad() = grad.cuda();
     }
-    const auto before = cuda_params[0].detach().clone();
+    std::vector<at::Tensor> before;
+    for (const auto& p : cuda_params) before.push_back(p.detach().clone());
+    for (const auto& [name, t] : cuda.state_tensors()) {
+      if (name != "step") before.push_back(t.clone());  // the counter is taken back below
+    }
     const auto apply = grads_finite(cuda_params);
     cuda.step(1e-2, apply);
     cuda.zero_grad();
     if (step == 3) {
-      EXPECT_TRUE(at::equal(cuda_params[0].detach(), before));
+      // Every parameter (the one with the NaN gradient too) and every moment as it was.
+      std::vector<at::Tensor> after;
+      for (const auto& p : cuda_params) after.push_back(p.detach());
+      for (const auto& [name, t] : cuda.state_tensors()) {
+        if (name != "step") after.push_back(t);
+      }
+      ASSERT_EQ(after.size(), before.size());
+      for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(at::equal(after[i].cpu(), before[i].cpu())) << i;
       cuda.step_skipped();
       cpu.zero_grad();
       continue;

@@ -730,6 +730,26 @@ TEST_F(Trainer, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   const auto all = list_checkpoints(dir_ / "out-blowup");
   ASSERT_GE(all.size(), 2u);
   EXPECT_GT(load_checkpoint(all.back()).state.skipped_steps, 0);
+  // Logging and saving rarely, the host learns of each skip one step late (Note [Steps decided on
+  // the device]): the tenth in a row still stops the run, and the message names its step. With
+  // each skip counted one step late, its step counter taken back before the next update, the
+  // optimizer's count in a checkpoint is the applied steps: global_step minus skipped_steps.
+  try {
+    auto c = config("blowup-late", {"warmup_steps=0", "max_grad_norm=0", "logging_steps=100", "save_steps=5"});
+    c.learning_rate = 1e30;
+    train(c);
+    FAIL() << "the run did not stop";
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    EXPECT_NE(msg.find("10 steps in a row had a non-finite loss or gradient"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(", step 11)"), std::string::npos) << msg;
+  }
+  const auto late = list_checkpoints(dir_ / "out-blowup-late");
+  ASSERT_GE(late.size(), 2u);
+  for (const auto& ck : late) {
+    const auto s = load_checkpoint(ck);
+    EXPECT_EQ(s.optimizer.at("step").item<int64_t>(), s.state.global_step - s.state.skipped_steps) << ck;
+  }
 }
 
 // `qtrain train cfg --set a --set b` in a child process.
