@@ -482,11 +482,13 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
   SyncCheck sync_check(device);
   const int64_t first_step = state.global_step + 1;
   while (state.global_step < total) {
-    // Steps that neither log, evaluate nor save read nothing from the device (Note [Sync check]).
+    // What this step does beyond training; the steps that do none of it read nothing from the
+    // device (Note [Sync check]).
     const int64_t number = state.global_step + 1;
-    sync_check.set_active(number > first_step && number % c.logging_steps != 0 && number != total &&
-                          (eval_steps == 0 || number % eval_steps != 0) &&
-                          (save_steps == 0 || number % save_steps != 0));
+    const bool logs = number % c.logging_steps == 0 || number == total;
+    const bool evaluates = eval_steps > 0 && (number % eval_steps == 0 || number == total);
+    const bool saves = save_steps > 0 && number % save_steps == 0;
+    sync_check.set_active(number > first_step && !logs && !evaluates && !saves);
     const auto batches = next_step_batches(run, c.sequence_len);
     window.tokens += batches.real_tokens;
     StepSums sums;
@@ -508,12 +510,12 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
     ++state.global_step;
     sync_check.set_active(false);
     const bool watchdog_stop = watchdog.step_end();
-    if (state.global_step % c.logging_steps == 0 || state.global_step == total) {
+    if (logs) {
       settle(in_flight, run, c, out);
       result.last_loss = log_window(window, run, c, metrics, t_start, sums.recomputed, grad_norm, aux_on, out);
       watchdog.logged_loss(result.last_loss);
     }
-    if (eval_steps > 0 && (state.global_step % eval_steps == 0 || state.global_step == total)) {
+    if (evaluates) {
       // Preference tuning evaluates its held-out pairs by its objective (preference_step.h).
       const auto pairs = run.pairs ? std::optional(evaluate_pairs(run, c, comm)) : std::nullopt;
       const double eval_loss =
@@ -542,7 +544,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       std::fflush(out);
       watchdog.logged_eval();
     }
-    if ((save_steps > 0 && state.global_step % save_steps == 0) || in_flight.stop) {
+    if (saves || in_flight.stop) {
       settle(in_flight, run, c, out);
       save_checkpoint_of(run, c, config_yaml, comm, out);
     }
