@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 
 #include <ATen/ATen.h>
 
@@ -65,6 +66,28 @@ at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at
   }
   const lora::AdaptersOff off;
   return forward();
+}
+
+// Rank r's micro-batches of `pairs`, batch_size pairs at a time: batches r, r + world_size, ...;
+// `each` gets a batch and the index of its first pair. In the last round a rank without a batch
+// calls `missing` instead (a sharded base's pass through the others' forwards).
+void for_rank_batches(const std::vector<data::PreferencePair>& pairs,
+                      size_t batch_size,
+                      const dist::Comm& comm,
+                      const std::function<void(const std::vector<data::PreferencePair>&, size_t)>& each,
+                      const std::function<void()>& missing) {
+  const auto world = static_cast<size_t>(comm.world_size());
+  const size_t n = pairs.size(), batches = (n + batch_size - 1) / batch_size;
+  for (auto k = static_cast<size_t>(comm.rank()); k < (batches + world - 1) / world * world; k += world) {
+    if (k >= batches) {
+      missing();
+      continue;
+    }
+    const size_t first = k * batch_size, count = std::min(n, first + batch_size) - first;
+    each({pairs.begin() + static_cast<std::ptrdiff_t>(first),
+          pairs.begin() + static_cast<std::ptrdiff_t>(first + count)},
+         first);
+  }
 }
 
 // The precomputed reference of a batch's rows (Note [Precomputed reference]): the chosen rows',
@@ -196,41 +219,40 @@ void precompute_reference(TrainingRun& run, const config::RunConfig& c, dist::Co
   const auto batch_size =
       static_cast<size_t>(c.precompute_ref_batch_size > 0 ? c.precompute_ref_batch_size : c.micro_batch_size);
   const auto& device = run.options.device;
-  const auto world = static_cast<size_t>(comm.world_size()), rank = static_cast<size_t>(comm.rank());
+  const auto world = static_cast<size_t>(comm.world_size());
   const auto t0 = std::chrono::steady_clock::now();
   const size_t total = run.pairs->pairs().size() + run.eval_pairs.size();
   size_t before = 0;  // the pairs of the splits done
   for (auto* pairs : {&run.pairs->pairs(), &run.eval_pairs}) {
-    const size_t n = pairs->size(), batches = (n + batch_size - 1) / batch_size;
+    const size_t n = pairs->size();
     if (n == 0) continue;
     // Batch k's chosen rows' values, then its rejected rows', from 2 * its first pair on; rank r
     // computes batches r, r + world, ..., and the sum over the ranks fills in the others'.
     auto values = at::zeros({static_cast<int64_t>(2 * n)}, at::TensorOptions().dtype(at::kFloat).device(device));
-    const size_t rounds = (batches + world - 1) / world;
-    for (size_t round = 0; round < rounds; ++round) {
-      const size_t k = round * world + rank;
-      if (k >= batches) {
-        // A sharded base gathers every layer on every rank: pass through the others' forwards.
-        if (run.sharded) run.scheduler->skip_eval(run.scheduler->prepare_eval());
-      } else {
-        const size_t first = k * batch_size, count = std::min(n, first + batch_size) - first;
-        const std::vector<data::PreferencePair> batch(pairs->begin() + static_cast<std::ptrdiff_t>(first),
-                                                      pairs->begin() + static_cast<std::ptrdiff_t>(first + count));
-        const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
-        values.narrow(0, static_cast<int64_t>(2 * first), static_cast<int64_t>(2 * count))
-            .copy_(reference_log_probs(
-                run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
-      }
-      const size_t done = before + std::min(n, (round + 1) * world * batch_size);
-      if (round + 1 == rounds || (round + 1) % 64 == 0) {
-        std::fprintf(out,
-                     "precompute_ref_log_probs: %zu/%zu pairs (%.1f s)\n",
-                     done,
-                     total,
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        std::fflush(out);
-      }
-    }
+    size_t calls = 0;
+    for_rank_batches(
+        *pairs,
+        batch_size,
+        comm,
+        [&](const std::vector<data::PreferencePair>& batch, size_t first) {
+          const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
+          values.narrow(0, static_cast<int64_t>(2 * first), static_cast<int64_t>(2 * batch.size()))
+              .copy_(reference_log_probs(
+                  run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
+          // Rank 0 prints (RankConsole); its batch opens each round of world_size batches.
+          const size_t done = std::min(n, first + world * batch_size);
+          if (done == n || ++calls % 64 == 0) {
+            std::fprintf(out,
+                         "precompute_ref_log_probs: %zu/%zu pairs (%.1f s)\n",
+                         before + done,
+                         total,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+            std::fflush(out);
+          }
+        },
+        [&] {
+          if (run.sharded) run.scheduler->skip_eval(run.scheduler->prepare_eval());
+        });
     if (world > 1) comm.allreduce_sum(values, "gathering the precomputed reference log-probabilities");
     const auto host = ops::read_to_host(values, "precompute: reference log-probabilities");
     const auto* v = host.const_data_ptr<float>();
@@ -248,33 +270,28 @@ PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist
   at::NoGradGuard no_grad;
   const auto plan = run.scheduler->prepare_eval();
   const auto& pairs = run.eval_pairs;
-  const auto batch_size = static_cast<size_t>(c.micro_batch_size);
-  const auto n = static_cast<int64_t>((pairs.size() + batch_size - 1) / batch_size);
-  const int64_t world = comm.world_size();
   const auto names = preference_metric_names(c.rl);
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(run.options.device);
   // [loss weighted by the batch's pairs, pairs, batches, metrics...]
   auto sums = at::zeros({3 + static_cast<int64_t>(names.size())}, f64);
-  const bool lockstep = run.sharded != nullptr;
-  for (int64_t i = comm.rank(); i < (n + world - 1) / world * world; i += world) {
-    if (i >= n) {
-      // A sharded base gathers every layer on every rank: pass through the others' forwards (the
-      // model's, and the reference's unless it was precomputed).
-      if (lockstep) {
+  for_rank_batches(
+      pairs,
+      static_cast<size_t>(c.micro_batch_size),
+      comm,
+      [&](const std::vector<data::PreferencePair>& batch, size_t) {
+        const auto b = pair_batch(run, plan, batch, c);
+        const auto count = static_cast<double>(batch.size());
+        sums = sums + at::cat({at::stack({b.loss.to(at::kDouble) * count}),
+                               at::tensor({count, 1.0}, f64),
+                               b.metrics.to(at::kDouble)});
+      },
+      [&] {
+        // A sharded base gathers every layer on every rank: pass through the others' forwards
+        // (the model's, and the reference's unless it was precomputed).
+        if (!run.sharded) return;
         const bool reference = !reference_free(c.rl) && !c.precompute_ref_log_probs;
         for (int k = 0; k < (reference ? 2 : 1); ++k) run.scheduler->skip_eval(plan);
-      }
-      continue;
-    }
-    const auto first = pairs.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i) * batch_size);
-    const std::vector<data::PreferencePair> batch(
-        first, first + static_cast<std::ptrdiff_t>(std::min(batch_size, static_cast<size_t>(pairs.end() - first))));
-    const auto b = pair_batch(run, plan, batch, c);
-    const auto count = static_cast<double>(batch.size());
-    sums = sums +
-           at::cat(
-               {at::stack({b.loss.to(at::kDouble) * count}), at::tensor({count, 1.0}, f64), b.metrics.to(at::kDouble)});
-  }
+      });
   const auto local = ops::read_to_host(sums, "eval: held-out pairs").contiguous();
   const std::vector<double> host(local.data_ptr<double>(), local.data_ptr<double>() + local.numel());
   const auto total = sum_over_ranks(comm, host, "summing the evaluation of held-out pairs");
