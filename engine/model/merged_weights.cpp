@@ -100,10 +100,9 @@ std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfF
     // quantized), with its adapter merged (Note [Router LoRA]).
     if (const auto& moe = layer.moe) {
       const auto* m = &*moe;
-      const auto& router = m->gemma4_router ? m->gemma4_router->proj : m->router;
-      weights[m->router_stored] = {router.sizes().vec(), [m] {
-                                     const auto w =
-                                         (m->gemma4_router ? m->gemma4_router->proj : m->router).to(at::kFloat);
+      const auto router = m->gemma4_router ? m->gemma4_router->proj : m->router;
+      weights[m->router_stored] = {router.sizes().vec(), [m, router] {
+                                     const auto w = router.to(at::kFloat);
                                      return m->router_lora ? lora::lora_merged_weight(w, *m->router_lora) : w;
                                    }};
     }

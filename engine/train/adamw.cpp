@@ -31,8 +31,8 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options, std::optional
 // found_inf, the flag torch's GradScaler hands it to skip a step, so a skipped step costs the host
 // nothing. Its step counter is read on the device (step_count_, filled from the host's count each
 // step). Its float32 arithmetic is the same update in another order, so the two differ by
-// rounding (AdamW.FusedKernelFollowsTheSingleTensorPathAndSkipsOnTheDevice bounds it on the CPU,
-// where torch has the fused kernel too).
+// rounding (AdamW.FusedKernelFollowsTheMultiTensorKernel bounds it on the CPU, where torch has the
+// fused kernel too; TrainStepCuda.FusedAdamWTracksTheCpuKernelAndSkipsOnTheDevice on CUDA).
 void AdamW::step(double lr, const at::Tensor& apply) {
   check_step(lr, "AdamW");
   at::NoGradGuard no_grad;
