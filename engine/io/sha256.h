@@ -1,5 +1,5 @@
 // SHA-256 (FIPS 180-4) of a byte string, as lowercase hex: what llama.cpp's converter hashes a
-// tokenizer's check ids with (engine/io/gguf_tokenizer.h).
+// tokenizer's check ids with (engine/train/gguf_tokenizer.h).
 #pragma once
 
 #include <string>

@@ -273,6 +273,79 @@ std::string stored_prefix(const io::HfFolder& folder, const ModelConfig& c) {
   return c.weight_prefix;
 }
 
+// Decoder layer i as `layer_load` reads it (placeholders or values), checked against `c`.
+DecoderLayer read_layer(const Loader& layer_load, const ModelConfig& c, int64_t i) {
+  const auto& folder = layer_load.folder;
+  const auto& options = layer_load.options;
+  const auto p = c.weight_prefix + "layers." + std::to_string(i) + ".";
+  DecoderLayer l;
+  l.index = i;
+  l.input_norm = layer_load.plain(p + "input_layernorm.weight");
+  l.post_attn_norm = layer_load.plain(p + "post_attention_layernorm.weight");
+  if (c.gemma) {
+    l.pre_ff_norm = layer_load.plain(p + "pre_feedforward_layernorm.weight");
+    l.post_ff_norm = layer_load.plain(p + "post_feedforward_layernorm.weight");
+  }
+  if (c.qk_norm) {
+    l.q_norm = layer_load.plain(p + "self_attn.q_norm.weight");
+    l.k_norm = layer_load.plain(p + "self_attn.k_norm.weight");
+  }
+  l.attention = c.attention(i);
+  l.q = layer_load.linear(p + "self_attn.q_proj", c.qkv_bias);
+  l.k = layer_load.linear(p + "self_attn.k_proj", c.qkv_bias);
+  if (!l.attention.k_eq_v) l.v = layer_load.linear(p + "self_attn.v_proj", c.qkv_bias);
+  if (c.arch == Architecture::gemma4) l.layer_scalar = layer_load.plain(p + "layer_scalar");
+  l.o = layer_load.linear(p + "self_attn.o_proj", c.o_bias);
+  if (c.layer_has_dense_mlp(i)) {
+    l.gate = layer_load.linear(p + "mlp.gate_proj", c.mlp_bias);
+    l.up = layer_load.linear(p + "mlp.up_proj", c.mlp_bias);
+    l.down = layer_load.linear(p + "mlp.down_proj", c.mlp_bias);
+  }
+  if (c.layer_is_sparse(i)) l.moe = layer_load.moe(p, c);
+  if (c.arch == Architecture::gemma4 && l.moe) {
+    l.post_ff_norm_1 = layer_load.plain(p + "post_feedforward_layernorm_1.weight");
+    l.pre_ff_norm_2 = layer_load.plain(p + "pre_feedforward_layernorm_2.weight");
+    l.post_ff_norm_2 = layer_load.plain(p + "post_feedforward_layernorm_2.weight");
+  }
+  if (!layer_load.placeholders &&
+      std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
+    for (auto* lin : l.weight_linears()) {
+      std::vector<at::Tensor> host;
+      for (const auto& t : lin->base_tensors()) host.push_back(t.cpu());
+      lin->rebind_base_tensors(host);
+    }
+  }
+  l.sliding_window = c.sliding_window[i];
+  const int64_t q_out = c.num_heads * l.attention.head_dim, kv_out = l.attention.num_kv_heads * l.attention.head_dim;
+  // Without v_proj (k_eq_v) k is checked in its place.
+  std::vector<std::tuple<const LinearLayer*, int64_t, int64_t>> shapes = {{&l.q, q_out, c.hidden_size},
+                                                                          {&l.k, kv_out, c.hidden_size},
+                                                                          {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
+                                                                          {&l.o, c.hidden_size, q_out}};
+  if (l.has_dense_mlp()) {
+    shapes.insert(shapes.end(),
+                  {{&l.gate, c.intermediate_size, c.hidden_size},
+                   {&l.up, c.intermediate_size, c.hidden_size},
+                   {&l.down, c.hidden_size, c.intermediate_size}});
+  }
+  for (auto [lin, out, in] : shapes) {
+    TORCH_CHECK(lin->out_features == out && lin->in_features == in,
+                folder.dir().string(),
+                ": ",
+                lin->name,
+                ".weight is [",
+                lin->out_features,
+                ", ",
+                lin->in_features,
+                "] but config.json implies [",
+                out,
+                ", ",
+                in,
+                "]");
+  }
+  return l;
+}
+
 }  // namespace
 
 CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) {
@@ -317,78 +390,18 @@ CausalLM CausalLM::load(const io::HfFolder& folder, const LoadOptions& options) 
   }
   m.layers_.reserve(c.num_layers);
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const auto p = prefix + "layers." + std::to_string(i) + ".";
     Loader layer_load = load;
     layer_load.placeholders = options.reads_layer_weights && !options.reads_layer_weights(i);
-    DecoderLayer l;
-    l.index = i;
-    l.input_norm = layer_load.plain(p + "input_layernorm.weight");
-    l.post_attn_norm = layer_load.plain(p + "post_attention_layernorm.weight");
-    if (c.gemma) {
-      l.pre_ff_norm = layer_load.plain(p + "pre_feedforward_layernorm.weight");
-      l.post_ff_norm = layer_load.plain(p + "post_feedforward_layernorm.weight");
-    }
-    if (c.qk_norm) {
-      l.q_norm = layer_load.plain(p + "self_attn.q_norm.weight");
-      l.k_norm = layer_load.plain(p + "self_attn.k_norm.weight");
-    }
-    l.attention = c.attention(i);
-    l.q = layer_load.linear(p + "self_attn.q_proj", c.qkv_bias);
-    l.k = layer_load.linear(p + "self_attn.k_proj", c.qkv_bias);
-    if (!l.attention.k_eq_v) l.v = layer_load.linear(p + "self_attn.v_proj", c.qkv_bias);
-    if (c.arch == Architecture::gemma4) l.layer_scalar = layer_load.plain(p + "layer_scalar");
-    l.o = layer_load.linear(p + "self_attn.o_proj", c.o_bias);
-    if (c.layer_has_dense_mlp(i)) {
-      l.gate = layer_load.linear(p + "mlp.gate_proj", c.mlp_bias);
-      l.up = layer_load.linear(p + "mlp.up_proj", c.mlp_bias);
-      l.down = layer_load.linear(p + "mlp.down_proj", c.mlp_bias);
-    }
-    if (c.layer_is_sparse(i)) l.moe = layer_load.moe(p, c);
-    if (c.arch == Architecture::gemma4 && l.moe) {
-      l.post_ff_norm_1 = layer_load.plain(p + "post_feedforward_layernorm_1.weight");
-      l.pre_ff_norm_2 = layer_load.plain(p + "pre_feedforward_layernorm_2.weight");
-      l.post_ff_norm_2 = layer_load.plain(p + "post_feedforward_layernorm_2.weight");
-    }
-    if (!layer_load.placeholders &&
-        std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
-      for (auto* lin : l.weight_linears()) {
-        std::vector<at::Tensor> host;
-        for (const auto& t : lin->base_tensors()) host.push_back(t.cpu());
-        lin->rebind_base_tensors(host);
-      }
-    }
-    l.sliding_window = c.sliding_window[i];
-    const int64_t q_out = c.num_heads * l.attention.head_dim, kv_out = l.attention.num_kv_heads * l.attention.head_dim;
-    // Without v_proj (k_eq_v) k is checked in its place.
-    std::vector<std::tuple<const LinearLayer*, int64_t, int64_t>> shapes = {{&l.q, q_out, c.hidden_size},
-                                                                            {&l.k, kv_out, c.hidden_size},
-                                                                            {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
-                                                                            {&l.o, c.hidden_size, q_out}};
-    if (l.has_dense_mlp()) {
-      shapes.insert(shapes.end(),
-                    {{&l.gate, c.intermediate_size, c.hidden_size},
-                     {&l.up, c.intermediate_size, c.hidden_size},
-                     {&l.down, c.hidden_size, c.intermediate_size}});
-    }
-    for (auto [lin, out, in] : shapes) {
-      TORCH_CHECK(lin->out_features == out && lin->in_features == in,
-                  folder.dir().string(),
-                  ": ",
-                  lin->name,
-                  ".weight is [",
-                  lin->out_features,
-                  ", ",
-                  lin->in_features,
-                  "] but config.json implies [",
-                  out,
-                  ", ",
-                  in,
-                  "]");
-    }
+    DecoderLayer l = read_layer(layer_load, c, i);
     if (options.on_layer_loaded) options.on_layer_loaded(i, l);
     m.layers_.push_back(std::move(l));
   }
   return m;
+}
+
+DecoderLayer CausalLM::load_layer(const io::HfFolder& folder, const LoadOptions& options, int64_t i) const {
+  Loader load{folder, options, config_.weight_prefix, stored_prefix(folder, config_)};
+  return read_layer(load, config_, i);
 }
 
 at::Tensor CausalLM::embed(const at::Tensor& ids) const {

@@ -53,6 +53,10 @@ int64_t predicted_token_count(const at::Tensor& labels);
 class CausalLM {
  public:
   static CausalLM load(const io::HfFolder& folder, const LoadOptions& options);
+  // Decoder layer i of `folder` (the folder and options this model was loaded with), read and
+  // checked again as load reads it, here with its values: what a model loaded with placeholders
+  // (LoadOptions::reads_layer_weights) reads one layer at a time.
+  DecoderLayer load_layer(const io::HfFolder& folder, const LoadOptions& options, int64_t i) const;
 
   const ModelConfig& config() const { return config_; }
   at::ScalarType dtype() const { return dtype_; }

@@ -3,7 +3,9 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
+#include <set>
 
 #include <ATen/ATen.h>
 
@@ -30,29 +32,57 @@ struct MergedExperts {
   std::vector<at::Tensor> gate_up, down;  // per expert, float32
 };
 
+// Expert e's merged weight of `part` (its gate_up or down layers), float32.
+at::Tensor merged_expert(const std::vector<LinearLayer>& part, const std::optional<lora::ExpertLora>& lora, int64_t e) {
+  const auto w = part[e].dense_weight(at::kFloat);
+  return lora ? lora::lora_merged_weight(w, lora->experts()[e]) : w;
+}
+
 MergedExperts merge_experts(const MoeExperts& ex) {
-  const auto gate_up_lora = ex.gate_up_lora ? ex.gate_up_lora->experts() : std::vector<lora::LoraAdapter>{};
-  const auto down_lora = ex.down_lora ? ex.down_lora->experts() : std::vector<lora::LoraAdapter>{};
-  auto merged = [](const LinearLayer& l, const std::vector<lora::LoraAdapter>& lora, int64_t e) {
-    const auto w = l.dense_weight(at::kFloat);
-    return lora.empty() ? w : lora::lora_merged_weight(w, lora[e]);
-  };
   MergedExperts m;
   for (int64_t e = 0; e < ex.num_experts(); ++e) {
-    m.gate_up.push_back(merged(ex.gate_up[e], gate_up_lora, e));
-    m.down.push_back(merged(ex.down[e], down_lora, e));
+    m.gate_up.push_back(merged_expert(ex.gate_up, ex.gate_up_lora, e));
+    m.down.push_back(merged_expert(ex.down, ex.down_lora, e));
   }
   return m;
+}
+
+// ExpertTensors::stacked: the layer's experts as gate_proj, up_proj and down_proj, each stacked
+// over the experts and merged when made.
+std::vector<MergedTensor> stacked_expert_makers(const MoeExperts& ex, at::ScalarType dtype) {
+  const int64_t n = ex.num_experts(), h = ex.hidden_size(), i = ex.intermediate_size();
+  const auto stacked = [&ex, n, dtype](bool gate_up, int64_t start, int64_t rows) {
+    return [&ex, n, dtype, gate_up, start, rows] {
+      std::vector<at::Tensor> parts;
+      for (int64_t e = 0; e < n; ++e) {
+        const auto w =
+            gate_up ? merged_expert(ex.gate_up, ex.gate_up_lora, e) : merged_expert(ex.down, ex.down_lora, e);
+        parts.push_back(w.narrow(0, start, rows).to(dtype));
+      }
+      return at::stack(parts);
+    };
+  };
+  return {{ex.name + ".gate_proj", {n, i, h}, stacked(true, 0, i)},
+          {ex.name + ".up_proj", {n, i, h}, stacked(true, i, i)},
+          {ex.name + ".down_proj", {n, h, i}, stacked(false, 0, h)}};
+}
+
+// The sparse layer an expert tensor of the folder belongs to, or -1.
+int64_t expert_layer(const std::string& name, const CausalLM& lm) {
+  std::smatch m;
+  if (!std::regex_match(name, m, kFusedExperts) && !std::regex_match(name, m, kExpertWeight)) return -1;
+  const int64_t layer = std::stoll(m[1]);
+  return layer < static_cast<int64_t>(lm.layers().size()) && lm.layers()[layer].moe ? layer : -1;
 }
 
 // The merged tensor stored under `name` when it is an expert weight of a sparse layer, else an
 // undefined tensor.
 at::Tensor expert_tensor(const std::string& name, const CausalLM& lm, std::map<int64_t, MergedExperts>& experts) {
+  const int64_t layer = expert_layer(name, lm);
+  if (layer < 0) return {};
   std::smatch m;
   const bool fused = std::regex_match(name, m, kFusedExperts);
-  if (!fused && !std::regex_match(name, m, kExpertWeight)) return {};
-  const int64_t layer = std::stoll(m[1]);
-  if (layer >= static_cast<int64_t>(lm.layers().size()) || !lm.layers()[layer].moe) return {};
+  if (!fused) std::regex_match(name, m, kExpertWeight);
   auto it = experts.find(layer);
   if (it == experts.end()) it = experts.emplace(layer, merge_experts(lm.layers()[layer].moe->experts)).first;
   const auto& ex = it->second;
@@ -86,7 +116,10 @@ bool quant_state_of(const std::string& name, const Map& weights) {
 
 }  // namespace
 
-std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfFolder& folder, at::ScalarType dtype) {
+std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm,
+                                               const io::HfFolder& folder,
+                                               at::ScalarType dtype,
+                                               ExpertTensors expert_tensors) {
   // By stored name: the shape, and how to make the tensor in float32.
   std::map<std::string, std::pair<std::vector<int64_t>, std::function<at::Tensor()>>> weights;
   for (const auto& layer : lm.layers()) {
@@ -141,16 +174,26 @@ std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfF
                 " for the merged weight of that linear: its weights are stored under other names, and merge can "
                 "only write back the names it read. Merge with peft's merge_and_unload() instead.");
   }
-  // Experts are merged here, a layer at a time (their shapes come from the merge), and held.
+  // As stored, experts are merged here, a layer at a time (their shapes come from the merge),
+  // and held; stacked, they are made below (listed here so that their quantization state goes).
   std::map<int64_t, MergedExperts> experts;
   const auto names = folder.tensor_names();
   for (const auto& name : names) {
     if (weights.count(name)) continue;
-    if (auto t = expert_tensor(name, lm, experts); t.defined()) weights[name] = {t.sizes().vec(), [t] { return t; }};
+    if (expert_tensors == ExpertTensors::stacked) {
+      if (expert_layer(name, lm) >= 0) weights[name] = {folder.shape(name), nullptr};
+    } else if (auto t = expert_tensor(name, lm, experts); t.defined()) {
+      weights[name] = {t.sizes().vec(), [t] { return t; }};
+    }
   }
   std::vector<MergedTensor> out;
+  std::set<int64_t> stacked;  // the sparse layers whose experts are in `out`
   for (const auto& name : names) {
-    if (const auto it = weights.find(name); it != weights.end()) {
+    if (const int64_t layer = expert_tensors == ExpertTensors::stacked ? expert_layer(name, lm) : -1; layer >= 0) {
+      if (stacked.insert(layer).second) {
+        for (auto& t : stacked_expert_makers(lm.layers()[layer].moe->experts, dtype)) out.push_back(std::move(t));
+      }
+    } else if (const auto it = weights.find(name); it != weights.end()) {
       out.push_back(
           {name, it->second.first, [make = it->second.second, dtype] { return make().to(dtype).contiguous(); }});
     } else if (!quant_state_of(name, weights)) {

@@ -27,14 +27,25 @@ std::vector<std::pair<std::string, at::Tensor>> merged_tensors(const CausalLM& l
 // One tensor of merged_tensors, made when asked: its name, its shape (numpy order), and `make`,
 // which computes it (a linear's merged weight from its base and adapter) and returns it in the
 // dtype asked for. A writer that makes them one at a time holds one merged weight at a time (the
-// experts of sparse layers are the exception: they are merged ahead and held).
+// experts of sparse layers as stored are the exception: they are merged ahead and held).
 // The makers refer to `lm` and `folder`, which must outlive them.
 struct MergedTensor {
   std::string name;
   std::vector<int64_t> shape;
   std::function<at::Tensor()> make;
 };
-std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm, const io::HfFolder& folder, at::ScalarType dtype);
+
+// How merged_tensor_makers gives the experts of a sparse layer: under the names and in the
+// layout the folder stores them (merged ahead), or `stacked`: in the place of the layer's first
+// stored expert tensor, three tensors "<experts module>.gate_proj" [E, I, H], ".up_proj"
+// [E, I, H] and ".down_proj" [E, H, I] (GGUF's ffn_gate_exps, ffn_up_exps, ffn_down_exps), each
+// merged when made.
+enum class ExpertTensors { as_stored, stacked };
+
+std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm,
+                                               const io::HfFolder& folder,
+                                               at::ScalarType dtype,
+                                               ExpertTensors experts = ExpertTensors::as_stored);
 
 // Whether merged_tensors writes tied embeddings apart (see above): the merged config.json must
 // then say tie_word_embeddings: false, or transformers would tie them again on load.
