@@ -8,6 +8,7 @@
 
 #include "engine/io/bnb_checkpoint.h"
 #include "engine/lora/adapters_off.h"
+#include "engine/model/layer_tensors.h"
 #include "ops/host_read.h"
 #include "ops/linear_dense.h"
 #include "ops/nn/cross_entropy.h"
@@ -280,33 +281,18 @@ DecoderLayer read_layer(const Loader& layer_load, const ModelConfig& c, int64_t 
   const auto p = c.weight_prefix + "layers." + std::to_string(i) + ".";
   DecoderLayer l;
   l.index = i;
-  l.input_norm = layer_load.plain(p + "input_layernorm.weight");
-  l.post_attn_norm = layer_load.plain(p + "post_attention_layernorm.weight");
-  if (c.gemma) {
-    l.pre_ff_norm = layer_load.plain(p + "pre_feedforward_layernorm.weight");
-    l.post_ff_norm = layer_load.plain(p + "post_feedforward_layernorm.weight");
-  }
-  if (c.qk_norm) {
-    l.q_norm = layer_load.plain(p + "self_attn.q_norm.weight");
-    l.k_norm = layer_load.plain(p + "self_attn.k_norm.weight");
-  }
   l.attention = c.attention(i);
-  l.q = layer_load.linear(p + "self_attn.q_proj", c.qkv_bias);
-  l.k = layer_load.linear(p + "self_attn.k_proj", c.qkv_bias);
-  if (!l.attention.k_eq_v) l.v = layer_load.linear(p + "self_attn.v_proj", c.qkv_bias);
+  // The norms and linears of Note [Layer tensors]; then what is outside that table.
+  const auto tensors = layer_tensors(c, i);
+  for (const auto& t : tensors) {
+    if (t.linear()) {
+      set_linear(l, t.part, layer_load.linear(p + t.module, t.bias));
+    } else {
+      set_norm(l, t.part, layer_load.plain(p + t.module + ".weight"));
+    }
+  }
   if (c.arch == Architecture::gemma4) l.layer_scalar = layer_load.plain(p + "layer_scalar");
-  l.o = layer_load.linear(p + "self_attn.o_proj", c.o_bias);
-  if (c.layer_has_dense_mlp(i)) {
-    l.gate = layer_load.linear(p + "mlp.gate_proj", c.mlp_bias);
-    l.up = layer_load.linear(p + "mlp.up_proj", c.mlp_bias);
-    l.down = layer_load.linear(p + "mlp.down_proj", c.mlp_bias);
-  }
   if (c.layer_is_sparse(i)) l.moe = layer_load.moe(p, c);
-  if (c.arch == Architecture::gemma4 && l.moe) {
-    l.post_ff_norm_1 = layer_load.plain(p + "post_feedforward_layernorm_1.weight");
-    l.pre_ff_norm_2 = layer_load.plain(p + "pre_feedforward_layernorm_2.weight");
-    l.post_ff_norm_2 = layer_load.plain(p + "post_feedforward_layernorm_2.weight");
-  }
   if (!layer_load.placeholders &&
       std::find(options.host_layers.begin(), options.host_layers.end(), i) != options.host_layers.end()) {
     for (auto* lin : l.weight_linears()) {
@@ -316,17 +302,10 @@ DecoderLayer read_layer(const Loader& layer_load, const ModelConfig& c, int64_t 
     }
   }
   l.sliding_window = c.sliding_window[i];
-  const int64_t q_out = c.num_heads * l.attention.head_dim, kv_out = l.attention.num_kv_heads * l.attention.head_dim;
-  // Without v_proj (k_eq_v) k is checked in its place.
-  std::vector<std::tuple<const LinearLayer*, int64_t, int64_t>> shapes = {{&l.q, q_out, c.hidden_size},
-                                                                          {&l.k, kv_out, c.hidden_size},
-                                                                          {l.v ? &*l.v : &l.k, kv_out, c.hidden_size},
-                                                                          {&l.o, c.hidden_size, q_out}};
-  if (l.has_dense_mlp()) {
-    shapes.insert(shapes.end(),
-                  {{&l.gate, c.intermediate_size, c.hidden_size},
-                   {&l.up, c.intermediate_size, c.hidden_size},
-                   {&l.down, c.hidden_size, c.intermediate_size}});
+  // Without v_proj (k_eq_v) the table has none to check.
+  std::vector<std::tuple<const LinearLayer*, int64_t, int64_t>> shapes;
+  for (const auto& t : tensors) {
+    if (t.linear()) shapes.emplace_back(&find_linear(l, t.part), t.shape[0], t.shape[1]);
   }
   for (auto [lin, out, in] : shapes) {
     TORCH_CHECK(lin->out_features == out && lin->in_features == in,

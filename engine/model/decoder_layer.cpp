@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/lora/adapters_off.h"
+#include "engine/model/layer_tensors.h"
 #include "ops/nn/attention.h"
 #include "ops/nn/rms_norm.h"
 
@@ -111,21 +112,14 @@ auto linears_of(Layer& layer, bool experts) {
   return out;
 }
 
-// The norm weights of `layer` (const or not), named as transformers names their modules.
+// The norm weights of `layer` (const or not), named as transformers names their modules (Note
+// [Layer tensors]).
 template <typename Layer>
 auto norms_of(Layer& layer) {
-  std::vector<std::pair<std::string, decltype(&layer.input_norm)>> out = {
-      {"input_layernorm", &layer.input_norm}, {"post_attention_layernorm", &layer.post_attn_norm}};
-  auto add = [&](const char* name, auto& weight) {
-    if (weight && weight->defined()) out.emplace_back(name, &*weight);
-  };
-  add("pre_feedforward_layernorm", layer.pre_ff_norm);
-  add("post_feedforward_layernorm", layer.post_ff_norm);
-  add("self_attn.q_norm", layer.q_norm);
-  add("self_attn.k_norm", layer.k_norm);
-  add("post_feedforward_layernorm_1", layer.post_ff_norm_1);
-  add("pre_feedforward_layernorm_2", layer.pre_ff_norm_2);
-  add("post_feedforward_layernorm_2", layer.post_ff_norm_2);
+  std::vector<std::pair<std::string, decltype(&layer.input_norm)>> out;
+  for (const LayerPart part : norm_parts()) {
+    if (auto* w = find_norm(layer, part)) out.emplace_back(layer_part_module(part), w);
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "engine/io/hf_folder.h"
+#include "engine/model/layer_tensors.h"
 
 namespace qtrain::engine::model {
 namespace {
@@ -221,36 +222,23 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
   tensors.emplace_back("model.embed_tokens.weight", normal({c.vocab_size, c.hidden_size}));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const auto p = "model.layers." + std::to_string(i) + ".";
-    const auto attention = c.attention(i);
-    const int64_t q_out = c.num_heads * attention.head_dim, kv_out = attention.num_kv_heads * attention.head_dim;
-    tensors.emplace_back(p + "input_layernorm.weight", norm(c.hidden_size));
-    tensors.emplace_back(p + "post_attention_layernorm.weight", norm(c.hidden_size));
-    if (c.gemma) {
-      tensors.emplace_back(p + "pre_feedforward_layernorm.weight", norm(c.hidden_size));
-      tensors.emplace_back(p + "post_feedforward_layernorm.weight", norm(c.hidden_size));
+    // Note [Layer tensors]: the norms and linears (biases zero), then the sparse block.
+    for (const auto& t : layer_tensors(c, i)) {
+      tensors.emplace_back(p + t.module + ".weight", t.linear() ? normal(t.shape) : norm(t.shape[0]));
+      if (t.bias) {
+        tensors.emplace_back(p + t.module + ".bias", at::zeros({t.shape[0]}, at::TensorOptions().dtype(dtype)));
+      }
     }
-    std::vector<std::tuple<std::string, int64_t, int64_t>> linears = {{"self_attn.q_proj", q_out, c.hidden_size},
-                                                                      {"self_attn.k_proj", kv_out, c.hidden_size}};
-    if (!attention.k_eq_v) linears.emplace_back("self_attn.v_proj", kv_out, c.hidden_size);
-    linears.emplace_back("self_attn.o_proj", c.hidden_size, q_out);
-    if (c.layer_has_dense_mlp(i)) {
-      linears.emplace_back("mlp.gate_proj", c.intermediate_size, c.hidden_size);
-      linears.emplace_back("mlp.up_proj", c.intermediate_size, c.hidden_size);
-      linears.emplace_back("mlp.down_proj", c.hidden_size, c.intermediate_size);
-    }
+    std::vector<std::tuple<std::string, int64_t, int64_t>> linears;
     if (c.layer_is_sparse(i) && c.arch == Architecture::gemma4) {
       // Gemma4TextRouter (scales initialised to ones), the fused experts as transformers writes
-      // them, and the expert block's norms.
+      // them (the expert block's norms are in the table).
       const int64_t e = c.moe->num_experts, ei = c.moe->expert_intermediate_size, h = c.hidden_size;
       tensors.emplace_back(p + "router.proj.weight", normal({e, h}));
       tensors.emplace_back(p + "router.scale", norm(h));
       tensors.emplace_back(p + "router.per_expert_scale", norm(e));
       tensors.emplace_back(p + "experts.gate_up_proj", normal({e, 2 * ei, h}));
       tensors.emplace_back(p + "experts.down_proj", normal({e, h, ei}));
-      for (const char* n :
-           {"post_feedforward_layernorm_1", "pre_feedforward_layernorm_2", "post_feedforward_layernorm_2"}) {
-        tensors.emplace_back(p + n + ".weight", norm(h));
-      }
     } else if (c.layer_is_sparse(i)) {
       // The per-expert names transformers' save_pretrained writes (Note [Expert tensor names]).
       const bool mixtral = c.arch == Architecture::mixtral;
@@ -266,16 +254,6 @@ void write_random_model(const std::filesystem::path& dir, const ModelConfig& c, 
     }
     for (const auto& [name, out, in] : linears) tensors.emplace_back(p + name + ".weight", normal({out, in}));
     if (c.arch == Architecture::gemma4) tensors.emplace_back(p + "layer_scalar", norm(1));
-    if (c.qkv_bias) {
-      for (auto [name, out] : {std::pair{"q_proj", q_out}, {"k_proj", kv_out}, {"v_proj", kv_out}}) {
-        if (attention.k_eq_v && std::string(name) == "v_proj") continue;
-        tensors.emplace_back(p + "self_attn." + name + ".bias", at::zeros({out}, at::TensorOptions().dtype(dtype)));
-      }
-    }
-    if (c.qk_norm) {
-      tensors.emplace_back(p + "self_attn.q_norm.weight", norm(attention.head_dim));
-      tensors.emplace_back(p + "self_attn.k_norm.weight", norm(attention.head_dim));
-    }
   }
   tensors.emplace_back("model.norm.weight", norm(c.hidden_size));
   if (!c.tie_word_embeddings) tensors.emplace_back("lm_head.weight", normal({c.vocab_size, c.hidden_size}));

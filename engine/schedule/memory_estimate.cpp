@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/model/grouped_expert_linear.h"
+#include "engine/model/layer_tensors.h"
 #include "engine/model/moe_block.h"
 #include "engine/model/saved_modules.h"
 #include "engine/schedule/tiled_mlp.h"
@@ -108,16 +109,13 @@ struct Linear {
 // v (present = false on Gemma 4's k_eq_v layers), o, then gate, up, down where the layer has the
 // dense MLP, then on a sparse layer each expert's gate_up [2I, H] and down [H, I].
 std::vector<Linear> layer_linears(const model::ModelConfig& c, int64_t layer) {
-  const auto a = c.attention(layer);
-  const int64_t qd = c.num_heads * a.head_dim, kvd = a.num_kv_heads * a.head_dim;
-  std::vector<Linear> out = {{"self_attn.q_proj", qd, c.hidden_size},
-                             {"self_attn.k_proj", kvd, c.hidden_size},
-                             {"self_attn.v_proj", kvd, c.hidden_size, !a.k_eq_v},
-                             {"self_attn.o_proj", c.hidden_size, qd}};
-  if (c.layer_has_dense_mlp(layer)) {
-    out.push_back({"mlp.gate_proj", c.intermediate_size, c.hidden_size});
-    out.push_back({"mlp.up_proj", c.intermediate_size, c.hidden_size});
-    out.push_back({"mlp.down_proj", c.hidden_size, c.intermediate_size});
+  std::vector<Linear> out;
+  for (const auto& t : model::layer_tensors(c, layer)) {
+    if (!t.linear()) continue;
+    out.push_back({t.module, t.shape[0], t.shape[1]});
+    if (t.part == model::LayerPart::k && c.attention(layer).k_eq_v) {
+      out.push_back({model::layer_part_module(model::LayerPart::v), t.shape[0], t.shape[1], false});
+    }
   }
   if (c.layer_is_sparse(layer)) {
     const int64_t i = c.moe->expert_intermediate_size;

@@ -7,52 +7,21 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include "engine/model/layer_tensors.h"
+
 namespace qtrain::engine::train {
 namespace {
 
 using model::Architecture;
-using Parts = std::vector<std::pair<std::string, std::string>>;
 
-// A decoder layer's tensors after "layers.N.", transformers' name to GGUF's.
-const Parts kLlamaParts = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"post_attention_layernorm.weight", "ffn_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.q_proj.bias", "attn_q.bias"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.k_proj.bias", "attn_k.bias"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.v_proj.bias", "attn_v.bias"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.o_proj.bias", "attn_output.bias"},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
-    // Sparse layers: the router as stored (Qwen3-MoE; Mixtral's original names) and the experts
-    // as merged_tensor_makers stacks them.
+// A sparse layer's router and experts (outside Note [Layer tensors]): the router as stored
+// (Qwen3-MoE; Mixtral's original names) and the experts as merged_tensor_makers stacks them.
+const std::vector<std::pair<std::string, std::string>> kSparseParts = {
     {"mlp.gate.weight", "ffn_gate_inp.weight"},
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"},
     {"mlp.experts.gate_proj", "ffn_gate_exps.weight"},
     {"mlp.experts.up_proj", "ffn_up_exps.weight"},
     {"mlp.experts.down_proj", "ffn_down_exps.weight"},
-};
-
-const Parts kGemmaParts = {
-    {"input_layernorm.weight", "attn_norm.weight"},
-    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
-    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
-    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
-    {"self_attn.q_proj.weight", "attn_q.weight"},
-    {"self_attn.k_proj.weight", "attn_k.weight"},
-    {"self_attn.v_proj.weight", "attn_v.weight"},
-    {"self_attn.o_proj.weight", "attn_output.weight"},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
-    {"mlp.gate_proj.weight", "ffn_gate.weight"},
-    {"mlp.up_proj.weight", "ffn_up.weight"},
-    {"mlp.down_proj.weight", "ffn_down.weight"},
 };
 
 // LlamaModel.permute: transformers' rotate-half rows of q / k to ggml's interleaved pairs.
@@ -147,7 +116,14 @@ std::optional<std::string> GgufArchitecture::tensor_name(const std::string& name
   const size_t dot = name.find('.', layers.size());
   const std::string index = name.substr(layers.size(), dot - layers.size());
   const std::string part = name.substr(dot + 1);
-  for (const auto& [hf, gguf] : mc_.gemma ? kGemmaParts : kLlamaParts) {
+  const int64_t layer = std::stoll(index);
+  if (layer >= mc_.num_layers) return std::nullopt;
+  for (const auto& t : model::layer_tensors(mc_, layer)) {
+    if (t.gguf.empty()) continue;
+    if (part == t.module + ".weight") return "blk." + index + "." + t.gguf + ".weight";
+    if (part == t.module + ".bias") return "blk." + index + "." + t.gguf + ".bias";
+  }
+  for (const auto& [hf, gguf] : kSparseParts) {
     if (part == hf) return "blk." + index + "." + gguf;
   }
   return std::nullopt;

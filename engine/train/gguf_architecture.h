@@ -3,11 +3,12 @@
 // to a tensor's values. See Note [GGUF architectures].
 //
 // Note [GGUF architectures]
-// One table per architecture (gguf_architecture.cpp) maps the parts of a decoder layer, after
-// "<weight prefix>layers.N.", to their GGUF names ("blk.N.<part>"); token_embd, output_norm and
-// output are the model's embeddings, final norm and head. The same transformers name can mean
-// two things: Llama's post_attention_layernorm is the norm before the MLP (ffn_norm), Gemma's is
-// the one after attention (post_attention_norm, with pre_feedforward_layernorm as ffn_norm).
+// A decoder layer's norms and linears take the GGUF names of Note [Layer tensors]
+// (engine/model/layer_tensors.h: "blk.N.<name>"), a sparse layer's router and experts those
+// below (gguf_architecture.cpp); token_embd, output_norm and output are the model's embeddings,
+// final norm and head. The same transformers name can mean two things: Llama's post_attention_layernorm is the norm
+// before the MLP (ffn_norm), Gemma's is the one after attention (post_attention_norm, with pre_feedforward_layernorm as
+// ffn_norm).
 // - llama (Llama, Mistral, Mixtral), qwen2, qwen3, qwen3moe: attn_norm, attn_q, attn_k, attn_v,
 //   attn_output (with .bias where the model has them), attn_q_norm, attn_k_norm (Qwen3),
 //   ffn_norm, and the MLP: ffn_gate, ffn_up, ffn_down, or on a sparse layer the router
