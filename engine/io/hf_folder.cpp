@@ -40,18 +40,6 @@ std::string read_text(const std::filesystem::path& path) {
   return text.str();
 }
 
-nlohmann::json parse_json_file(const std::filesystem::path& path,
-                               const nlohmann::json::parser_callback_t& callback = nullptr) {
-  const std::string text = read_text(path);
-  const auto problem = text::json_depth_problem(text);
-  TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
-  try {
-    return nlohmann::json::parse(text, callback);
-  } catch (const nlohmann::json::parse_error& e) {
-    TORCH_CHECK(false, path.string(), ": not valid JSON (", e.what(), "); fix the file or download it again");
-  }
-}
-
 std::string dump_json(const nlohmann::json& value, const std::filesystem::path& path) {
   try {
     return value.dump(2) + "\n";
@@ -83,6 +71,17 @@ std::string no_weights_message(const std::filesystem::path& dir) {
 }
 
 }  // namespace
+
+nlohmann::json parse_json_file(const std::filesystem::path& path, const nlohmann::json::parser_callback_t& callback) {
+  const std::string text = read_text(path);
+  const auto problem = text::json_depth_problem(text);
+  TORCH_CHECK(problem.empty(), path.string(), ": ", problem);
+  try {
+    return nlohmann::json::parse(text, callback);
+  } catch (const nlohmann::json::parse_error& e) {
+    TORCH_CHECK(false, path.string(), ": not valid JSON (", e.what(), "); fix the file or download it again");
+  }
+}
 
 nlohmann::json read_config_json(const std::filesystem::path& dir) {
   TORCH_CHECK(std::filesystem::is_directory(dir),

@@ -23,6 +23,11 @@
 
 namespace qtrain::engine::io {
 
+// A JSON file of a model folder, parsed after the nesting-depth guard (engine/text/json_depth.h);
+// errors name the file.
+nlohmann::json parse_json_file(const std::filesystem::path& path,
+                               const nlohmann::json::parser_callback_t& callback = nullptr);
+
 // `dir`/config.json as written, checked to be a JSON object; the weight files are not opened.
 nlohmann::json read_config_json(const std::filesystem::path& dir);
 

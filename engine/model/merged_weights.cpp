@@ -67,22 +67,29 @@ std::vector<MergedTensor> stacked_expert_makers(const MoeExperts& ex, at::Scalar
           {ex.name + ".down_proj", {n, h, i}, stacked(false, 0, h)}};
 }
 
+// Whether `name` is an expert tensor of a sparse layer of `lm`: `m` holds the match (m[1] the
+// layer) and `fused` says which of the two layouts.
+bool match_expert(const std::string& name, const CausalLM& lm, std::smatch& m, bool& fused) {
+  fused = std::regex_match(name, m, kFusedExperts);
+  if (!fused && !std::regex_match(name, m, kExpertWeight)) return false;
+  const int64_t layer = std::stoll(m[1]);
+  return layer < static_cast<int64_t>(lm.layers().size()) && lm.layers()[layer].moe;
+}
+
 // The sparse layer an expert tensor of the folder belongs to, or -1.
 int64_t expert_layer(const std::string& name, const CausalLM& lm) {
   std::smatch m;
-  if (!std::regex_match(name, m, kFusedExperts) && !std::regex_match(name, m, kExpertWeight)) return -1;
-  const int64_t layer = std::stoll(m[1]);
-  return layer < static_cast<int64_t>(lm.layers().size()) && lm.layers()[layer].moe ? layer : -1;
+  bool fused = false;
+  return match_expert(name, lm, m, fused) ? std::stoll(m[1]) : -1;
 }
 
 // The merged tensor stored under `name` when it is an expert weight of a sparse layer, else an
 // undefined tensor.
 at::Tensor expert_tensor(const std::string& name, const CausalLM& lm, std::map<int64_t, MergedExperts>& experts) {
-  const int64_t layer = expert_layer(name, lm);
-  if (layer < 0) return {};
   std::smatch m;
-  const bool fused = std::regex_match(name, m, kFusedExperts);
-  if (!fused) std::regex_match(name, m, kExpertWeight);
+  bool fused = false;
+  if (!match_expert(name, lm, m, fused)) return {};
+  const int64_t layer = std::stoll(m[1]);
   auto it = experts.find(layer);
   if (it == experts.end()) it = experts.emplace(layer, merge_experts(lm.layers()[layer].moe->experts)).first;
   const auto& ex = it->second;
@@ -177,11 +184,15 @@ std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm,
   // As stored, experts are merged here, a layer at a time (their shapes come from the merge),
   // and held; stacked, they are made below (listed here so that their quantization state goes).
   std::map<int64_t, MergedExperts> experts;
+  std::map<std::string, int64_t> stacked_layer;  // stacked: each expert tensor's layer
   const auto names = folder.tensor_names();
   for (const auto& name : names) {
     if (weights.count(name)) continue;
     if (expert_tensors == ExpertTensors::stacked) {
-      if (expert_layer(name, lm) >= 0) weights[name] = {folder.shape(name), nullptr};
+      if (const int64_t layer = expert_layer(name, lm); layer >= 0) {
+        weights[name] = {folder.shape(name), nullptr};
+        stacked_layer[name] = layer;
+      }
     } else if (auto t = expert_tensor(name, lm, experts); t.defined()) {
       weights[name] = {t.sizes().vec(), [t] { return t; }};
     }
@@ -189,9 +200,10 @@ std::vector<MergedTensor> merged_tensor_makers(const CausalLM& lm,
   std::vector<MergedTensor> out;
   std::set<int64_t> stacked;  // the sparse layers whose experts are in `out`
   for (const auto& name : names) {
-    if (const int64_t layer = expert_tensors == ExpertTensors::stacked ? expert_layer(name, lm) : -1; layer >= 0) {
-      if (stacked.insert(layer).second) {
-        for (auto& t : stacked_expert_makers(lm.layers()[layer].moe->experts, dtype)) out.push_back(std::move(t));
+    if (const auto layer = stacked_layer.find(name); layer != stacked_layer.end()) {
+      if (stacked.insert(layer->second).second) {
+        for (auto& t : stacked_expert_makers(lm.layers()[layer->second].moe->experts, dtype))
+          out.push_back(std::move(t));
       }
     } else if (const auto it = weights.find(name); it != weights.end()) {
       out.push_back(

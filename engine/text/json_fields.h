@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -14,6 +15,16 @@
 #include "engine/text/text_error.h"
 
 namespace qtrain::engine::text {
+
+// A token name in tokenizer_config.json: a string, or an AddedToken object with "content".
+inline std::optional<std::string> token_name(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  if (j[key].is_string()) return j[key].get<std::string>();
+  if (j[key].is_object() && j[key].contains("content") && j[key]["content"].is_string()) {
+    return j[key]["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
 
 // Every key of the object `j` must be "type" or one of `allowed`.
 inline void check_keys(const nlohmann::json& j, const JsonSite& site, std::initializer_list<const char*> allowed) {
@@ -68,8 +79,9 @@ T field(const nlohmann::json& j, const char* key, const JsonSite& site, T fallba
     if (!v.is_array()) fail(site.key(key), "expected a list of integers, got " + v.dump().substr(0, 80));
     for (size_t i = 0; i < v.size(); ++i) {
       if (!integer_fits<E>(v[i])) {
-        fail(site.key(key), "element " + std::to_string(i) + ": expected " + integer_range<E>() + ", got " +
-                                v[i].dump().substr(0, 80));
+        fail(
+            site.key(key),
+            "element " + std::to_string(i) + ": expected " + integer_range<E>() + ", got " + v[i].dump().substr(0, 80));
       }
     }
   }

@@ -55,16 +55,6 @@ nlohmann::json parse_json(const std::string& text, const std::string& file) {
   }
 }
 
-// A token name in tokenizer_config.json: a string, or an AddedToken object with "content".
-std::optional<std::string> token_name(const nlohmann::json& j, const char* key) {
-  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (j[key].is_string()) return j[key].get<std::string>();
-  if (j[key].is_object() && j[key].contains("content") && j[key]["content"].is_string()) {
-    return j[key]["content"].get<std::string>();
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 Tokenizer Tokenizer::from_json(const std::string& json_text, const std::string& file) {

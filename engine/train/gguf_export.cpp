@@ -109,8 +109,7 @@ class StreamedLayers {
 
 // base_model's config.json, read before the model: what cannot be exported fails at once.
 model::ModelConfig base_config(const config::RunConfig& c) {
-  return model::ModelConfig::from_json(io::HfFolder::open(c.base_model).config(),
-                                       (c.base_model / "config.json").string());
+  return model::ModelConfig::from_json(io::read_config_json(c.base_model), (c.base_model / "config.json").string());
 }
 
 // The decoder layer a tensor name of `mc` belongs to, or -1.

@@ -1,7 +1,6 @@
 // See gguf_tokenizer.h and Note [GGUF tokenizer] there.
 #include "engine/train/gguf_tokenizer.h"
 
-#include <fstream>
 #include <map>
 #include <optional>
 #include <utility>
@@ -10,8 +9,10 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/io/hf_folder.h"
 #include "engine/io/sentencepiece_model.h"
 #include "engine/io/sha256.h"
+#include "engine/text/json_fields.h"
 
 namespace qtrain::engine::train {
 namespace {
@@ -40,25 +41,8 @@ const std::map<std::string, std::string> kPreTokenizers = {
     {"3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454", "gpt-2"},      // gpt2
 };
 
-nlohmann::json read_json(const fs::path& file) {
-  std::ifstream in(file);
-  TORCH_CHECK(in.good(), file.string(), ": cannot be read");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    TORCH_CHECK(false, file.string(), ": not valid JSON (", e.what(), ")");
-  }
-}
-
 nlohmann::json read_json_or_empty(const fs::path& file) {
-  return fs::exists(file) ? read_json(file) : nlohmann::json::object();
-}
-
-// The text of a token entry of tokenizer_config.json: a string or {"content": ...}.
-std::optional<std::string> token_text(const nlohmann::json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
-  return std::nullopt;
+  return fs::exists(file) ? io::parse_json_file(file) : nlohmann::json::object();
 }
 
 // gguf's SpecialVocab (Note [GGUF tokenizer]).
@@ -66,9 +50,9 @@ void add_special_vocab(io::GgufWriter& w, const fs::path& base, const nlohmann::
   const auto config = read_json_or_empty(base / "tokenizer_config.json");
   const auto added = tj.value("added_tokens", nlohmann::json::array());
   std::optional<bool> add_bos, add_eos, add_sep;
-  const auto bos = config.contains("bos_token") ? token_text(config["bos_token"]) : std::nullopt;
-  const auto eos = config.contains("eos_token") ? token_text(config["eos_token"]) : std::nullopt;
-  const auto sep = config.contains("sep_token") ? token_text(config["sep_token"]) : std::nullopt;
+  const auto bos = text::token_name(config, "bos_token");
+  const auto eos = text::token_name(config, "eos_token");
+  const auto sep = text::token_name(config, "sep_token");
   if (tj.contains("post_processor") && tj["post_processor"].is_object()) {
     const auto& pp = tj["post_processor"];
     for (const auto& p : pp.contains("processors") ? pp["processors"] : nlohmann::json::array({pp})) {
@@ -114,7 +98,7 @@ void add_special_vocab(io::GgufWriter& w, const fs::path& base, const nlohmann::
       if (role == "eos") add_eos = v;
       if (role == "sep") add_sep = v;
     }
-    const auto text = config.contains(role + "_token") ? token_text(config[role + "_token"]) : std::nullopt;
+    const auto text = text::token_name(config, (role + "_token").c_str());
     if (!text) continue;
     for (const auto& a : added) {
       if (a.value("content", "") == *text) {
