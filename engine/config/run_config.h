@@ -241,14 +241,17 @@ struct RunConfig {
   // Clip the gradient's global L2 norm to this; 0: no clipping.
   double max_grad_norm = 1.0;
 
-  // Preference tuning (engine/train/preference_loss.h): "dpo", "ipo", "orpo" or "simpo", as TRL
-  // computes them; empty: supervised fine-tuning. rl_beta is TRL's beta (DPO's, IPO's, SimPO's),
-  // orpo_alpha ORPO's; simpo_gamma and cpo_alpha are CPOTrainer's.
+  // Preference tuning (engine/train/preference_loss.h): "dpo", "ipo", "orpo", "simpo" or "kto", as
+  // TRL computes them; empty: supervised fine-tuning. rl_beta is TRL's beta (DPO's, IPO's, SimPO's,
+  // KTO's), orpo_alpha ORPO's; simpo_gamma and cpo_alpha are CPOTrainer's; the kto_ weights are
+  // KTOTrainer's desirable_weight and undesirable_weight.
   std::string rl;
   double rl_beta = 0.1;
   double orpo_alpha = 0.1;
   double simpo_gamma = 0.5;
   double cpo_alpha = 1.0;
+  double kto_desirable_weight = 1.0;
+  double kto_undesirable_weight = 1.0;
   // DPO's and IPO's reference computed once before training, this many pairs at a time (0: micro_batch_size).
   bool precompute_ref_log_probs = false;
   int64_t precompute_ref_batch_size = 0;

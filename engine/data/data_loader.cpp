@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <c10/util/Exception.h>
 
@@ -136,8 +137,8 @@ DataLoader::DataLoader(std::vector<Sample> samples,
   order_ = EpochOrder(packing_ ? rows_.size() : samples_.size(), micro_batch_size, seed);
 }
 
-EpochOrder::EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed)
-    : units_(units), micro_batch_size_(micro_batch_size), seed_(seed) {
+EpochOrder::EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed, bool sequential)
+    : units_(units), micro_batch_size_(micro_batch_size), seed_(seed), sequential_(sequential) {
   TORCH_CHECK(micro_batch_size_ >= 1, "micro_batch_size must be at least 1, got ", micro_batch_size_);
 }
 
@@ -147,7 +148,12 @@ int64_t EpochOrder::batches_per_epoch() const {
 
 std::vector<size_t> EpochOrder::next() {
   if (order_epoch_ != position_.epoch) {
-    order_ = seeded_permutation(units_, seed_ + static_cast<uint64_t>(position_.epoch));
+    if (sequential_) {
+      order_.resize(units_);
+      std::iota(order_.begin(), order_.end(), size_t{0});
+    } else {
+      order_ = seeded_permutation(units_, seed_ + static_cast<uint64_t>(position_.epoch));
+    }
     order_epoch_ = position_.epoch;
   }
   const size_t begin = static_cast<size_t>(position_.batch * micro_batch_size_);

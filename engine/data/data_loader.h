@@ -51,7 +51,8 @@ struct LoaderPosition {
 class EpochOrder {
  public:
   EpochOrder() = default;
-  EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed);
+  // `sequential`: every epoch in the units' order instead of a seeded permutation.
+  EpochOrder(size_t units, int64_t micro_batch_size, uint64_t seed, bool sequential = false);
   int64_t batches_per_epoch() const;
   // The units of the batch at position(), then advances.
   std::vector<size_t> next();
@@ -64,6 +65,7 @@ class EpochOrder {
   size_t units_ = 0;
   int64_t micro_batch_size_ = 1;
   uint64_t seed_ = 0;
+  bool sequential_ = false;
   LoaderPosition position_;
   std::vector<size_t> order_;  // the order of epoch order_epoch_, recomputed on a new epoch
   int64_t order_epoch_ = -1;

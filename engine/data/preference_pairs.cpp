@@ -96,8 +96,8 @@ std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& p
   return pairs;
 }
 
-PairLoader::PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed)
-    : pairs_(std::move(pairs)), order_(pairs_.size(), micro_batch_size, seed) {
+PairLoader::PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed, bool sequential)
+    : pairs_(std::move(pairs)), order_(pairs_.size(), micro_batch_size, seed, sequential) {
   TORCH_CHECK(!pairs_.empty(), "PairLoader: no pairs");
 }
 

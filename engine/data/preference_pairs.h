@@ -29,9 +29,12 @@ namespace qtrain::engine::data {
 
 struct PreferencePair {
   std::vector<int64_t> prompt, chosen, rejected;
+  // KTO's label (Note [KTO rows] in kto_rows.h: a KTO row's completion is `chosen`, its KL
+  // completion `rejected`); false for pairs.
+  bool desirable = false;
   // The reference's log-likelihoods of the chosen and the rejected row, where they were computed
   // before training (Note [Precomputed reference] in engine/train/preference_step.h).
-  std::optional<std::array<float, 2>> reference;
+  std::optional<std::array<float, 2>> reference = std::nullopt;
 };
 
 struct PreferenceBatch {
@@ -61,11 +64,12 @@ std::vector<PreferencePair> read_preference_jsonl(const std::filesystem::path& p
 
 // Micro-batches of pairs, epoch after epoch: epoch e visits the pairs in the order
 // seeded_permutation(n, seed + e), micro_batch_size at a time (the epoch's last may be smaller),
-// as DataLoader visits samples without packing (both through EpochOrder, data_loader.h).
+// as DataLoader visits samples without packing (both through EpochOrder, data_loader.h); or, with
+// `sequential`, in file order every epoch (KTO's, whose micro-batches are its KL chunks).
 class PairLoader {
  public:
   using Position = LoaderPosition;  // as a checkpoint records it
-  PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed);
+  PairLoader(std::vector<PreferencePair> pairs, int64_t micro_batch_size, uint64_t seed, bool sequential = false);
   int64_t batches_per_epoch() const { return order_.batches_per_epoch(); }
   // The pairs of the batch at position(), then advances.
   std::vector<PreferencePair> next();

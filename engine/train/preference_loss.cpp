@@ -3,6 +3,10 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
+#include "ops/host_read.h"
+
 namespace qtrain::engine::train {
 
 PreferenceLoss dpo_loss(const PairLogps& p, const DpoOptions& o) {
@@ -74,6 +78,47 @@ PreferenceLoss reference_free_loss(const at::Tensor& avg_chosen,
                                   avg_chosen.detach().mean(),
                                   avg_rejected.detach().mean()});
   return {loss, metrics, extra};
+}
+
+PreferenceLoss kto_loss(const at::Tensor& logps,
+                        const at::Tensor& ref_logps,
+                        const at::Tensor& kl_logps,
+                        const at::Tensor& ref_kl_logps,
+                        const std::vector<bool>& desirable,
+                        const KtoOptions& o) {
+  std::vector<int64_t> chosen_rows, rejected_rows;
+  for (size_t i = 0; i < desirable.size(); ++i) {
+    (desirable[i] ? chosen_rows : rejected_rows).push_back(static_cast<int64_t>(i));
+  }
+  // The rows of each label: host data, on the device without a host synchronization.
+  const auto rows = [&](const std::vector<int64_t>& r) {
+    return ops::to_device_async(at::tensor(r, at::TensorOptions().dtype(at::kLong)), logps.device());
+  };
+  const auto chosen_idx = rows(chosen_rows), rejected_idx = rows(rejected_rows);
+  const auto kl = (kl_logps - ref_kl_logps).mean().detach().clamp_min(0);
+  const auto logratios = logps - ref_logps;
+  const auto chosen_logratios = logratios.index_select(0, chosen_idx);
+  const auto rejected_logratios = logratios.index_select(0, rejected_idx);
+  const auto chosen_losses = 1 - at::sigmoid(o.beta * (chosen_logratios - kl));
+  const auto rejected_losses = 1 - at::sigmoid(o.beta * (kl - rejected_logratios));
+  const auto loss = at::cat({o.desirable_weight * chosen_losses, o.undesirable_weight * rejected_losses}).nanmean();
+  // Means over the rows of a label, 0 where there are none (their count says so).
+  const auto mean_over = [](const at::Tensor& values, size_t count) {
+    return values.detach().nansum() / static_cast<double>(std::max<size_t>(1, count));
+  };
+  const auto chosen_rewards = mean_over(o.beta * chosen_logratios, chosen_rows.size());
+  const auto rejected_rewards = mean_over(o.beta * rejected_logratios, rejected_rows.size());
+  const auto metrics = at::stack({kl,
+                                  chosen_rewards,
+                                  rejected_rewards,
+                                  chosen_rewards - rejected_rewards,
+                                  mean_over(logps.index_select(0, chosen_idx), chosen_rows.size()),
+                                  mean_over(logps.index_select(0, rejected_idx), rejected_rows.size())});
+  const float has_chosen = chosen_rows.empty() ? 0.0F : 1.0F, has_rejected = rejected_rows.empty() ? 0.0F : 1.0F;
+  const auto counts = ops::to_device_async(
+      at::tensor({1.0F, has_chosen, has_rejected, has_chosen * has_rejected, has_chosen, has_rejected}),
+      logps.device());
+  return {loss, metrics, {}, counts};
 }
 
 std::vector<std::string> reference_free_metric_names(ReferenceFree objective) {

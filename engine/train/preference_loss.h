@@ -32,6 +32,22 @@
 // The metrics as for DPO, the rewards being beta * avg (rewards/chosen, rewards/rejected,
 // rewards/accuracies, rewards/margins) and logps/* the averages, then nll_loss and, for ORPO,
 // log_odds_ratio = mean(log_sigmoid(log_odds)) and log_odds_chosen = mean(log_odds).
+//
+// Note [KTO loss]
+// KTO (TRL's KTOTrainer, loss_type kto) scores a micro-batch of B unpaired rows (Note [KTO rows]
+// in engine/data/kto_rows.h) by the summed log-probabilities of each row's completion (logps) and
+// of its KL row's (kl_logps), under the trained model and the reference:
+//     kl        = max(0, mean over the B rows of (kl_logps - ref_kl_logps))   no gradient
+//     logratio  = logps - ref_logps
+//     desirable   row: desirable_weight   * (1 - sigmoid(beta * (logratio - kl)))
+//     undesirable row: undesirable_weight * (1 - sigmoid(beta * (kl - logratio)))
+// and the loss is the mean of the B rows' losses (the desirable rows' first, TRL's nanmean of
+// their concatenation). At the start (B = 0 in the adapter) the log-ratios and kl are 0 and the
+// loss is the mean weight / 2. The metrics: kl; rewards/chosen (beta * logratio) and logps/chosen,
+// means over the desirable rows, and likewise rewards/rejected and logps/rejected over the
+// undesirable ones; rewards/margins, the two rewards' difference. A micro-batch without desirable
+// (or undesirable) rows has no such metric: TRL logs each as the mean over the micro-batches that
+// have it, so each metric travels with a count (PreferenceLoss::counts).
 #pragma once
 
 #include <string>
@@ -63,6 +79,9 @@ struct PreferenceLoss {
   at::Tensor metrics;
   // float32, no gradient: the objective's own metrics (reference_free_metric_names), or undefined
   at::Tensor extra;
+  // KTO's: float32 [6], 1 where the micro-batch has the metric of the same place in `metrics`
+  // (Note [KTO loss]); undefined for the others, whose micro-batches have every metric
+  at::Tensor counts = {};
 };
 
 PreferenceLoss dpo_loss(const PairLogps& p, const DpoOptions& options);
@@ -82,6 +101,23 @@ PreferenceLoss reference_free_loss(const at::Tensor& avg_chosen,
                                    const at::Tensor& avg_rejected,
                                    const at::Tensor& nll,
                                    const ReferenceFreeOptions& options);
+
+struct KtoOptions {
+  double beta = 0.1;
+  double desirable_weight = 1.0;
+  double undesirable_weight = 1.0;
+};
+
+// Per row, float32 [B]: logps, ref_logps of the completions, kl_logps, ref_kl_logps of the KL
+// rows; `desirable` the rows' labels (host data). PreferenceLoss::metrics are, in order, kl,
+// rewards/chosen, rewards/rejected, rewards/margins, logps/chosen, logps/rejected (0 where the
+// micro-batch has none: see counts).
+PreferenceLoss kto_loss(const at::Tensor& logps,
+                        const at::Tensor& ref_logps,
+                        const at::Tensor& kl_logps,
+                        const at::Tensor& ref_kl_logps,
+                        const std::vector<bool>& desirable,
+                        const KtoOptions& options);
 
 // The names of PreferenceLoss::extra, in order: ORPO's nll_loss, log_odds_ratio, log_odds_chosen;
 // SimPO's nll_loss.

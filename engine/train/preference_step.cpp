@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdio>
 #include <functional>
+#include <tuple>
 
 #include <ATen/ATen.h>
 
@@ -34,6 +36,16 @@ at::Tensor predicting(const at::Tensor& labels) {
 }  // namespace
 
 std::vector<std::string> preference_metric_names(const std::string& rl) {
+  if (rl == "kto") {
+    return {"kl",
+            "rewards/chosen",
+            "rewards/rejected",
+            "rewards/margins",
+            "logps/chosen",
+            "logps/rejected",
+            "logits/chosen",
+            "logits/rejected"};
+  }
   std::vector<std::string> names = {"rewards/chosen",
                                     "rewards/rejected",
                                     "rewards/accuracies",
@@ -47,6 +59,48 @@ std::vector<std::string> preference_metric_names(const std::string& rl) {
     names.insert(names.end(), extra.begin(), extra.end());
   }
   return names;
+}
+
+int64_t preference_metric_slots(const std::string& rl) {
+  const auto names = static_cast<int64_t>(preference_metric_names(rl).size());
+  return rl == "kto" ? 2 * names : names;
+}
+
+std::vector<std::pair<std::string, double>> preference_metrics(const std::string& rl,
+                                                               const std::vector<double>& values,
+                                                               const std::string& prefix) {
+  const auto names = preference_metric_names(rl);
+  TORCH_CHECK(static_cast<int64_t>(values.size()) == preference_metric_slots(rl),
+              "preference_metrics: ",
+              values.size(),
+              " values for the ",
+              names.size(),
+              " metrics of rl ",
+              rl);
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (rl != "kto") {
+      out.emplace_back(prefix + names[k], values[k]);
+    } else if (const double count = values[names.size() + k]; count > 0) {
+      out.emplace_back(prefix + names[k], values[k] / count);
+    }
+  }
+  return out;
+}
+
+std::string preference_progress(const std::vector<std::pair<std::string, double>>& metrics, const std::string& prefix) {
+  std::string out;
+  for (const auto& [name, label, digits] : {std::tuple{"kl", "kl", 4},
+                                            std::tuple{"rewards/margins", "margin", 4},
+                                            std::tuple{"rewards/accuracies", "acc", 2}}) {
+    for (const auto& [key, value] : metrics) {
+      if (key != prefix + name) continue;
+      char text[48];
+      std::snprintf(text, sizeof text, "%.*f", digits, value);
+      out += std::string(" | ") + label + " " + text;
+    }
+  }
+  return out;
 }
 
 namespace {
@@ -111,13 +165,94 @@ struct PairBatch {
   at::Tensor loss, aux, metrics;
 };
 
+// The trained model's hidden states of `ids`: through `plan` with gradients on a training plan
+// (its load-balancing loss into `aux`), else under no gradient.
+at::Tensor model_hidden(TrainingRun& run,
+                        const schedule::ExecutionPlan& plan,
+                        const at::Tensor& ids,
+                        const at::Tensor& labels,
+                        const config::RunConfig& c,
+                        at::Tensor& aux) {
+  auto& scheduler = *run.scheduler;
+  if (!plan.training()) return scheduler.eval_hidden(plan, ids);
+  scheduler.prepare_training(run.policy, c.gradient_checkpointing_every_k);
+  const auto h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
+  aux = scheduler.aux_loss();
+  return h;
+}
+
+// A micro-batch of KTO rows (Note [KTO rows], Note [KTO loss]): the reference's log-likelihoods of
+// the completion rows and the KL rows, the trained model's of the KL rows under no gradient (as
+// TRL's), then its forward of the completion rows through `plan`. Metrics: kto_loss's, then the
+// logits means of the desirable and the undesirable completions, then the counts of each.
+PairBatch kto_batch(TrainingRun& run,
+                    const schedule::ExecutionPlan& plan,
+                    const std::vector<data::PreferencePair>& rows,
+                    const config::RunConfig& c) {
+  const auto& lm = *run.lm;
+  const auto& device = run.options.device;
+  const auto b = data::collate_pairs(rows, c.sequence_len, run.pad_id);
+  const int64_t n = b.pairs;
+  const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
+  const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
+  const auto ref = rows.front().reference ? precomputed(rows, device) : reference_log_probs(run, ids, labels);
+  at::Tensor kl_logps;
+  {
+    at::NoGradGuard no_grad;
+    auto& scheduler = *run.scheduler;
+    kl_logps = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids.narrow(0, n, n)),
+                                     labels.narrow(0, n, n));
+  }
+  PairBatch out;
+  const auto row_labels = labels.narrow(0, 0, n);
+  const auto h = model_hidden(run, plan, ids.narrow(0, 0, n), row_labels, c, out.aux);
+  const auto logps = lm.sequence_log_probs(h, row_labels);
+  std::vector<bool> desirable;
+  for (const auto& r : rows) desirable.push_back(r.desirable);
+  const auto r = kto_loss(logps,
+                          ref.narrow(0, 0, n),
+                          kl_logps,
+                          ref.narrow(0, n, n),
+                          desirable,
+                          {c.rl_beta, c.kto_desirable_weight, c.kto_undesirable_weight});
+  out.loss = r.loss;
+  // TRL's logits/*: the mean logit over the positions that predict a completion token, over the
+  // rows of each label; the positions are host data, so are their counts.
+  const auto positions = predicting(b.labels.narrow(0, 0, n));
+  const auto per_row = positions.sum(1);
+  const auto count_of = per_row.accessor<int64_t, 1>();
+  auto chosen = at::zeros({n}, at::kFloat);
+  auto chosen_of = chosen.accessor<float, 1>();
+  double chosen_positions = 0, rejected_positions = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto count = static_cast<double>(count_of[i]);
+    if (desirable[static_cast<size_t>(i)]) {
+      chosen_of[i] = 1.0F;
+      chosen_positions += count;
+    } else {
+      rejected_positions += count;
+    }
+  }
+  const auto logit_sums = lm.logit_mean_sums(h.detach(), positions);
+  const auto chosen_weight = to_device(chosen);
+  const auto logits = at::stack({(logit_sums * chosen_weight).sum() / std::max(1.0, chosen_positions),
+                                 (logit_sums * (1 - chosen_weight)).sum() / std::max(1.0, rejected_positions)});
+  const auto has_logits =
+      to_device(at::tensor({chosen_positions > 0 ? 1.0F : 0.0F, rejected_positions > 0 ? 1.0F : 0.0F},
+                           at::TensorOptions().dtype(at::kFloat)));
+  // A metric the micro-batch lacks adds nothing to its sum (rewards/margins is not 0 there).
+  const auto counts = at::cat({r.counts, has_logits});
+  out.metrics = at::cat({at::cat({r.metrics, logits}) * counts, counts});
+  return out;
+}
+
 // The reference's forward (dpo, ipo), the model's through `plan` (with gradients on a training
 // plan, else under no gradient), and the objective's loss and metrics.
 PairBatch pair_batch(TrainingRun& run,
                      const schedule::ExecutionPlan& plan,
                      const std::vector<data::PreferencePair>& pairs,
                      const config::RunConfig& c) {
-  auto& scheduler = *run.scheduler;
+  if (c.rl == "kto") return kto_batch(run, plan, pairs, c);
   const auto& lm = *run.lm;
   const auto& device = run.options.device;
   const bool with_reference = !reference_free(c.rl);
@@ -131,15 +266,8 @@ PairBatch pair_batch(TrainingRun& run,
   at::Tensor ref;
   if (with_reference)
     ref = pairs.front().reference ? precomputed(pairs, device) : reference_log_probs(run, ids, labels);
-  at::Tensor h;
   PairBatch out;
-  if (plan.training()) {
-    scheduler.prepare_training(run.policy, c.gradient_checkpointing_every_k);
-    h = scheduler.train_hidden(plan, schedule::StepInputs{ids, labels, {}, {}, {}});
-    out.aux = scheduler.aux_loss();
-  } else {
-    h = scheduler.eval_hidden(plan, ids);
-  }
+  const auto h = model_hidden(run, plan, ids, labels, c, out.aux);
   const auto logps = lm.sequence_log_probs(h, labels);
   const int64_t n = b.pairs;
   // The completion's tokens (IPO's length), and those the positions predict (the averages').
@@ -197,9 +325,7 @@ StepSums preference_forward_backward(TrainingRun& run,
                                      double aux_coef) {
   const double share = 1.0 / static_cast<double>(run.counts.step_batches);
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(run.options.device);
-  StepSums sums{at::zeros({}, f64),
-                at::zeros({}, f64),
-                at::zeros({static_cast<int64_t>(preference_metric_names(c.rl).size())}, f64)};
+  StepSums sums{at::zeros({}, f64), at::zeros({}, f64), at::zeros({preference_metric_slots(c.rl)}, f64)};
   for (const auto& pairs : batches) {
     const auto b = pair_batch(run, plan, pairs, c);
     auto objective = b.loss;
@@ -270,10 +396,10 @@ PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist
   at::NoGradGuard no_grad;
   const auto plan = run.scheduler->prepare_eval();
   const auto& pairs = run.eval_pairs;
-  const auto names = preference_metric_names(c.rl);
+  const int64_t slots = preference_metric_slots(c.rl);
   const auto f64 = at::TensorOptions().dtype(at::kDouble).device(run.options.device);
   // [loss weighted by the batch's pairs, pairs, batches, metrics...]
-  auto sums = at::zeros({3 + static_cast<int64_t>(names.size())}, f64);
+  auto sums = at::zeros({3 + slots}, f64);
   for_rank_batches(
       pairs,
       static_cast<size_t>(c.micro_batch_size),
@@ -287,19 +413,22 @@ PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist
       },
       [&] {
         // A sharded base gathers every layer on every rank: pass through the others' forwards
-        // (the model's, and the reference's unless it was precomputed).
+        // (the model's, KTO's of the KL rows, and the reference's unless it was precomputed).
         if (!run.sharded) return;
         const bool reference = !reference_free(c.rl) && !c.precompute_ref_log_probs;
-        for (int k = 0; k < (reference ? 2 : 1); ++k) run.scheduler->skip_eval(plan);
+        const int forwards = 1 + (reference ? 1 : 0) + (c.rl == "kto" ? 1 : 0);
+        for (int k = 0; k < forwards; ++k) run.scheduler->skip_eval(plan);
       });
   const auto local = ops::read_to_host(sums, "eval: held-out pairs").contiguous();
   const std::vector<double> host(local.data_ptr<double>(), local.data_ptr<double>() + local.numel());
   const auto total = sum_over_ranks(comm, host, "summing the evaluation of held-out pairs");
   PairEvaluation out;
   out.loss = total[1] > 0 ? total[0] / total[1] : std::nan("");
-  for (size_t k = 0; k < names.size(); ++k) {
-    out.metrics.emplace_back("eval_" + names[k], total[2] > 0 ? total[3 + k] / total[2] : std::nan(""));
+  std::vector<double> means;
+  for (int64_t k = 0; k < slots; ++k) {
+    means.push_back(total[2] > 0 ? total[3 + static_cast<size_t>(k)] / total[2] : std::nan(""));
   }
+  out.metrics = preference_metrics(c.rl, means, "eval_");
   return out;
 }
 

@@ -29,10 +29,27 @@ struct StepSums {
   int64_t recomputed = 0;
 };
 
-// TRL's names of the metrics of objective `rl` (dpo, ipo, orpo, simpo), as metrics.jsonl and
+// TRL's names of the metrics of objective `rl` (dpo, ipo, orpo, simpo, kto), as metrics.jsonl and
 // TensorBoard show them: the rewards, logps and logits of the chosen and rejected completions,
-// then the objective's own (ORPO's nll_loss, log_odds_ratio, log_odds_chosen; SimPO's nll_loss).
+// then the objective's own (ORPO's nll_loss, log_odds_ratio, log_odds_chosen; SimPO's nll_loss);
+// KTO's kl first and no rewards/accuracies.
 std::vector<std::string> preference_metric_names(const std::string& rl);
+
+// The values a micro-batch of objective `rl` adds up (StepSums::metrics): one per metric, and for
+// KTO one more per metric, its count (Note [KTO loss]: a micro-batch may lack a metric).
+int64_t preference_metric_slots(const std::string& rl);
+
+// The logged metrics of `values` (preference_metric_slots' sums over micro-batches, or their means:
+// the same ratios), as TRL logs them with `prefix` ("" or "eval_"): each sum over its count for
+// KTO, a metric without a count left out; the values themselves for the others.
+std::vector<std::pair<std::string, double>> preference_metrics(const std::string& rl,
+                                                               const std::vector<double>& values,
+                                                               const std::string& prefix);
+
+// The progress line's part of `metrics` (preference_metrics' with `prefix`): " | margin M | acc A"
+// (rewards/margins and rewards/accuracies), or KTO's " | kl K | margin M"; what is not logged is
+// left out.
+std::string preference_progress(const std::vector<std::pair<std::string, double>>& metrics, const std::string& prefix);
 
 // Each micro-batch's loss is the objective's (rl) plus aux_coef times its load-balancing loss,
 // differentiated at 1 / step_batches, as the HF Trainer divides by the accumulation steps and DDP

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <string>
 
@@ -310,6 +309,8 @@ double log_window(LogWindow& w,
   const double loss = mean(1), aux = mean(2), grad_norm = values[n - 1];
   std::vector<double> window_metrics;
   for (int64_t i = 3; i < n - 1; ++i) window_metrics.push_back(mean(i));
+  const auto logged_metrics = window_metrics.empty() || steps == 0 ? std::vector<std::pair<std::string, double>>()
+                                                                   : preference_metrics(c.rl, window_metrics, "");
   const auto& state = run.state;
   const int64_t total = run.counts.total;
   const auto& device = run.options.device;
@@ -338,8 +339,7 @@ double log_window(LogWindow& w,
                           {"comm_seconds", w.comm_seconds / static_cast<double>(steps_in_window)},
                           {"skipped_steps", state.skipped_steps}};
     if (aux_on) row["aux_loss"] = aux;
-    const auto names = window_metrics.empty() ? std::vector<std::string>() : preference_metric_names(c.rl);
-    for (size_t i = 0; i < window_metrics.size(); ++i) row[names.at(i)] = window_metrics[i];
+    for (const auto& [name, value] : logged_metrics) row[name] = value;
     // What the plan counted for the same peak (the allocator's allocated bytes), on CUDA, and the
     // peak's parts measured beside the plan's: what was allocated when the last forward began, what
     // that forward kept for backward, and the rest of the peak (the largest transient).
@@ -359,9 +359,8 @@ double log_window(LogWindow& w,
   const double per_step = elapsed / static_cast<double>(std::max<int64_t>(1, state.global_step));
   char aux_text[96] = "";
   if (aux_on) std::snprintf(aux_text, sizeof aux_text, " (aux %.4f)", aux);
-  if (!window_metrics.empty() && steps > 0) {
-    // rewards/margins and rewards/accuracies (Note [DPO loss]).
-    std::snprintf(aux_text, sizeof aux_text, " | margin %.4f | acc %.2f", window_metrics[3], window_metrics[2]);
+  if (!logged_metrics.empty()) {
+    std::snprintf(aux_text, sizeof aux_text, "%s", preference_progress(logged_metrics, "").c_str());
   }
   std::fprintf(
       out,
@@ -524,15 +523,10 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
       run.scheduler->prepare_training(run.policy, c.gradient_checkpointing_every_k);  // back to training mode
       const double epoch = static_cast<double>(state.global_step) / static_cast<double>(run.counts.steps_per_epoch);
       nlohmann::json row = {{"step", state.global_step}, {"epoch", epoch}, {"eval_loss", eval_loss}};
-      char more[96] = "";
+      std::string more;
       if (pairs) {
-        std::map<std::string, double> values;
-        for (const auto& [name, value] : pairs->metrics) row[name] = values[name] = value;
-        std::snprintf(more,
-                      sizeof more,
-                      " | margin %.4f | acc %.2f",
-                      values["eval_rewards/margins"],
-                      values["eval_rewards/accuracies"]);
+        for (const auto& [name, value] : pairs->metrics) row[name] = value;
+        more = preference_progress(pairs->metrics, "eval_");
       }
       if (metrics) metrics->log(row);
       std::fprintf(out,
@@ -540,7 +534,7 @@ TrainResult train_rank(const config::RunConfig& c, dist::Comm& comm, const at::D
                    static_cast<long long>(state.global_step),
                    static_cast<long long>(total),
                    eval_loss,
-                   more);
+                   more.c_str());
       std::fflush(out);
       watchdog.logged_eval();
     }

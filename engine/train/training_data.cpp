@@ -12,6 +12,7 @@
 
 #include "engine/config/dataset_split.h"
 #include "engine/data/dataset.h"
+#include "engine/data/kto_rows.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/data/preference_rows.h"
 #include "engine/data/preference_types.h"
@@ -185,15 +186,24 @@ std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig&
                 ": type ",
                 d.type,
                 " writes text, which needs the model's tokenizer (tokenizer.json beside the base model)");
-    auto read = data::read_preference_jsonl(d.path, vocab_size, text, typed);
+    TORCH_CHECK(c.rl != "kto" || !typed,
+                "dataset ",
+                d.path.string(),
+                ": rl: kto reads TRL's rows (\"prompt\", \"completion\", \"label\", or pairs it unpairs); axolotl's "
+                "type ",
+                d.type,
+                " is not built for KTO yet; remove the type");
+    auto read = c.rl == "kto" ? data::read_kto_jsonl(d.path, vocab_size, text)
+                              : data::read_preference_jsonl(d.path, vocab_size, text, typed);
     const auto read_count = read.size();
     // TRL's keep_start truncation would leave no completion token of these.
     std::erase_if(
         read, [&](const data::PreferencePair& p) { return static_cast<int64_t>(p.prompt.size()) >= c.sequence_len; });
     std::fprintf(log,
-                 "dataset %s: %zu preference pairs, %zu whose prompt fills sequence_len %lld dropped\n",
+                 "dataset %s: %zu %s, %zu whose prompt fills sequence_len %lld dropped\n",
                  d.path.c_str(),
                  read.size(),
+                 c.rl == "kto" ? "KTO rows" : "preference pairs",
                  read_count - read.size(),
                  static_cast<long long>(c.sequence_len));
     pairs.insert(pairs.end(), std::make_move_iterator(read.begin()), std::make_move_iterator(read.end()));
@@ -218,15 +228,42 @@ std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
   return all;
 }
 
+namespace {
+
+// Preference rows as TRL's tokenized rows, one JSON object per line, which read back as a dataset.
+std::string preference_jsonl(const std::vector<data::PreferencePair>& pairs, bool kto) {
+  std::string out;
+  for (const auto& p : pairs) {
+    const auto row =
+        kto ? nlohmann::ordered_json{{"prompt_ids", p.prompt}, {"completion_ids", p.chosen}, {"label", p.desirable}}
+            : nlohmann::ordered_json{{"prompt_ids", p.prompt}, {"chosen_ids", p.chosen}, {"rejected_ids", p.rejected}};
+    out += row.dump() + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
 int64_t write_preprocessed(const config::RunConfig& c, const std::filesystem::path& out) {
-  const auto tokenizer = run_tokenizer(c, read_model_config(c.base_model).vocab_size);
-  const auto samples = load_training_samples(c, tokenizer.get());
+  const auto vocab_size = read_model_config(c.base_model).vocab_size;
+  const auto tokenizer = run_tokenizer(c, vocab_size);
+  std::string text;
+  int64_t rows = 0;
+  if (c.rl.empty()) {
+    const auto samples = load_training_samples(c, tokenizer.get());
+    text = data::pretokenized_jsonl(samples);
+    rows = static_cast<int64_t>(samples.size());
+  } else {
+    const auto pairs = load_preference_pairs(c, vocab_size, tokenizer.get());
+    text = preference_jsonl(pairs, c.rl == "kto");
+    rows = static_cast<int64_t>(pairs.size());
+  }
   std::ofstream file(out, std::ios::binary | std::ios::trunc);
   TORCH_CHECK(file.good(), out.string(), ": cannot write; check that its folder exists and is writable");
-  file << data::pretokenized_jsonl(samples);
+  file << text;
   file.close();
   TORCH_CHECK(file.good(), out.string(), ": writing failed (disk full?)");
-  return static_cast<int64_t>(samples.size());
+  return rows;
 }
 
 }  // namespace qtrain::engine::train

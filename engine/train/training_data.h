@@ -38,16 +38,20 @@ std::vector<data::Sample> load_training_samples(const config::RunConfig& c,
 // Preference tuning's pairs (rl): every dataset of the config, in order, as pre-tokenized pairs or
 // as rows of text or conversations tokenized by `tokenizer` (null: such rows are refused) and the
 // dataset's chat template, as TRL's DPOTrainer does (data::read_preference_jsonl,
-// data/preference_rows.h). A pair whose prompt alone fills sequence_len is dropped, as TRL drops
-// it (nothing of its completions would be left). One line per dataset to `log`.
+// data/preference_rows.h); for rl: kto, KTO's rows without their KL completions yet
+// (data::read_kto_jsonl, Note [KTO rows]). A pair whose prompt alone fills sequence_len is
+// dropped, as TRL drops it (nothing of its completions would be left). One line per dataset to
+// `log`.
 std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig& c,
                                                         int64_t vocab_size,
                                                         const data::TextTokenizer* tokenizer,
                                                         std::FILE* log = stdout);
 
 // `qtrain preprocess`: the samples as JSONL, one {"input_ids": [...], "labels": [...]} per line,
-// written to `out` (replaced). Reads base_model's config.json and tokenizer files, not its
-// weights. Returns the number of samples written.
+// written to `out` (replaced); with rl, the pairs as TRL's tokenized rows ({"prompt_ids",
+// "chosen_ids", "rejected_ids"}; KTO's {"prompt_ids", "completion_ids", "label"}, before their KL
+// completions), which read back as a dataset. Reads base_model's config.json and tokenizer files,
+// not its weights. Returns the number of rows written.
 int64_t write_preprocessed(const config::RunConfig& c, const std::filesystem::path& out);
 
 }  // namespace qtrain::engine::train

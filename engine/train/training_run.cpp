@@ -2,6 +2,7 @@
 #include "engine/train/training_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -9,6 +10,7 @@
 
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/dataset.h"
+#include "engine/data/kto_rows.h"
 #include "engine/data/model_tokenizer.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
@@ -134,9 +136,43 @@ bool reference_from_starting_weights(const config::RunConfig& c, const model::Ca
 }
 
 // What preference tuning needs that a config may not give.
-void check_preference_run(const config::RunConfig& c) {
+void check_preference_run(const config::RunConfig& c, const dist::Comm& comm) {
   TORCH_CHECK(!c.sample_packing,
               "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
+  if (c.rl != "kto") return;
+  TORCH_CHECK(c.micro_batch_size > 1,
+              "rl: kto estimates its KL term from a micro-batch's mismatched prompts and completions, which needs "
+              "micro_batch_size 2 or more (TRL's KTOTrainer requires it too); got ",
+              c.micro_batch_size);
+  TORCH_CHECK(comm.world_size() == 1,
+              "rl: kto runs on one process for now: TRL averages each micro-batch's KL estimate over the processes, "
+              "which qtrain does not do yet; run with one process (",
+              comm.world_size(),
+              " here)");
+}
+
+// TRL's advice on KTO's weights where the desirable and undesirable rows are not as many
+// (KTOTrainer._prepare_dataset): desirable_weight * desirable should be 1 to 1.33 times
+// undesirable_weight * undesirable. Only a line to `out`, as TRL only warns.
+void kto_weight_advice(const std::vector<data::PreferencePair>& rows, const config::RunConfig& c, std::FILE* out) {
+  const auto desirable = static_cast<double>(
+      std::max<ptrdiff_t>(1, std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.desirable; })));
+  const double undesirable = std::max(1.0, static_cast<double>(rows.size()) - desirable);
+  if (desirable == undesirable) return;
+  const double dw = c.kto_desirable_weight, uw = c.kto_undesirable_weight;
+  const auto round2 = [](double v) { return std::round(v * 100) / 100; };
+  const double dw_low = round2(undesirable * uw / desirable), dw_high = round2(undesirable * uw / desirable * 1.33);
+  const double uw_low = round2(desirable * dw / undesirable / 1.33), uw_high = round2(desirable * dw / undesirable);
+  if ((dw >= dw_low && dw <= dw_high) || (uw >= uw_low && uw <= uw_high)) return;
+  std::fprintf(out,
+               "rl: kto: %.0f desirable and %.0f undesirable rows; TRL advises kto_desirable_weight in [%g, %g] or "
+               "kto_undesirable_weight in [%g, %g] so that the two kinds weigh about the same\n",
+               desirable,
+               undesirable,
+               dw_low,
+               dw_high,
+               uw_low,
+               uw_high);
 }
 
 }  // namespace
@@ -147,10 +183,10 @@ data::DataLoader::Position data_position(const TrainingRun& run) {
 
 TrainingRun set_up_training(
     const config::RunConfig& c, dist::Comm& comm, const at::Device& device, const fs::path& resume, std::FILE* out) {
-  TORCH_CHECK(!c.precompute_ref_log_probs || c.rl == "dpo" || c.rl == "ipo",
+  TORCH_CHECK(!c.precompute_ref_log_probs || c.rl == "dpo" || c.rl == "ipo" || c.rl == "kto",
               "precompute_ref_log_probs: ",
               c.rl.empty() ? std::string("a supervised run") : "rl " + c.rl,
-              " has no reference to precompute; remove the key, or use rl: dpo or ipo");
+              " has no reference to precompute; remove the key, or use rl: dpo, ipo or kto");
   // Memory plan (before any weight is loaded), model and adapters.
   auto options = load_options(c);
   options.device = device;
@@ -293,14 +329,21 @@ TrainingRun set_up_training(
   size_t train_rows = 0;
   if (!c.rl.empty()) {
     // Preference tuning: pairs (Note [Preference batch]), held out as samples are.
-    check_preference_run(c);
+    check_preference_run(c, comm);
     auto read = load_preference_pairs(c, lm.config().vocab_size, tokenizer.get(), out);
     const auto is_eval = data::held_out_rows(read.size(), c.val_set_size, static_cast<uint64_t>(c.seed));
     std::vector<data::PreferencePair> train_pairs;
     for (size_t i = 0; i < read.size(); ++i) (is_eval[i] ? eval_pairs : train_pairs).push_back(std::move(read[i]));
     train_rows = train_pairs.size();
-    pairs =
-        std::make_unique<data::PairLoader>(std::move(train_pairs), c.micro_batch_size, static_cast<uint64_t>(c.seed));
+    const bool kto = c.rl == "kto";
+    if (kto) {
+      // Each split's KL completions in runs of micro_batch_size, visited in file order (Note [KTO rows]).
+      data::with_kl_completions(train_pairs, c.micro_batch_size);
+      data::with_kl_completions(eval_pairs, c.micro_batch_size);
+      kto_weight_advice(train_pairs, c, out);
+    }
+    pairs = std::make_unique<data::PairLoader>(
+        std::move(train_pairs), c.micro_batch_size, static_cast<uint64_t>(c.seed), /*sequential=*/kto);
   } else {
     // With dataset_prepared_path rank 0 tokenizes and fills the cache first; the others read it.
     const bool cache_first = comm.world_size() > 1 && !c.dataset_prepared_path.empty();
@@ -331,7 +374,9 @@ TrainingRun set_up_training(
                "data: %zu training %s, %zu held out, %lld micro-batches per epoch, %lld steps, "
                "evaluation every %lld, checkpoint every %lld (0: none)\n",
                train_rows,
-               pairs ? "pairs" : "samples",
+               c.rl == "kto" ? "KTO rows"
+               : pairs       ? "pairs"
+                             : "samples",
                held_out,
                static_cast<long long>(batches_per_epoch),
                static_cast<long long>(total),

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -307,11 +308,11 @@ std::vector<nlohmann::json> logged_steps(const fs::path& output_dir) {
   return rows;
 }
 
-// TRL's log of every step of scripts/reference/preference_reference.py run with `args`.
-std::vector<nlohmann::json> trl_logs(const std::string& args) {
-  const auto r = test::run_command(
-      std::string(std::getenv("QTRAIN_PYTHON")) + " " +
-      (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_reference.py").string() + " " + args);
+// TRL's log of every step of scripts/reference/`script` (preference_reference.py, or
+// kto_reference.py) run with `args`.
+std::vector<nlohmann::json> trl_logs(const std::string& args, const std::string& script = "preference_reference.py") {
+  const auto r = test::run_command(std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                                   (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference" / script).string() + " " + args);
   EXPECT_EQ(r.status, 0) << args;
   // The last line holds the logs (the Trainer prints its own lines before it).
   const auto body = r.out.substr(0, r.out.find_last_not_of('\n') + 1);
@@ -322,13 +323,14 @@ std::vector<nlohmann::json> trl_logs(const std::string& args) {
 // The size a logged preference value's tolerance is relative to, with `theirs` TRL's row and
 // `prefix` "" or "eval_": a reward is beta times a log-likelihood (or a difference of them ~100
 // times its size), so its error is beta times the log-likelihood's; log_odds_chosen is a
-// difference of mean log-probabilities, scaled by them likewise; logits/* is a mean over the
+// difference of mean log-probabilities, and KTO's kl a mean of differences of log-likelihoods,
+// scaled by them likewise; logits/* is a mean over the
 // vocabulary of logits of size ~1; anything else its own size.
 double tolerance_scale(const std::string& key, const nlohmann::json& theirs, double beta, const std::string& prefix) {
   const double logps = std::abs(theirs.at(prefix + "logps/chosen").get<double>());
   if (key.starts_with(prefix + "logits/")) return 1.0;
   if (key.starts_with(prefix + "rewards/") && key != prefix + "rewards/accuracies") return beta * logps;
-  if (key == prefix + "log_odds_chosen") return logps;
+  if (key == prefix + "log_odds_chosen" || key == prefix + "kl") return logps;
   return std::abs(theirs.at(key).get<double>());
 }
 
@@ -591,6 +593,129 @@ TEST_F(Trainer, HeldOutPairsAreEvaluatedAsTrlEvaluatesThem) {
         EXPECT_NEAR(a, b, 2e-5 * scale + 1e-6) << key << " at evaluation " << i + 1;
       }
     }
+  }
+}
+
+// KTO's metrics travel with counts (Note [KTO loss]): each logged value is its sum over its count,
+// one without a count is left out, and the progress line shows what is logged; the others' values
+// are logged as they are.
+TEST(PreferenceMetrics, KtosAreSumsOverTheirCountsAndAbsentWithoutOne) {
+  // kl, rewards/chosen, rewards/rejected, rewards/margins, logps/chosen, logps/rejected, logits/*,
+  // then their counts: the window's micro-batches had no undesirable row.
+  const std::vector<double> values = {0.3, 0.4, 0, 0, -12, 0, 0.25, 0, 2, 2, 0, 0, 2, 0, 2, 0};
+  const auto logged = preference_metrics("kto", values, "eval_");
+  const std::vector<std::pair<std::string, double>> expected = {
+      {"eval_kl", 0.15}, {"eval_rewards/chosen", 0.2}, {"eval_logps/chosen", -6}, {"eval_logits/chosen", 0.125}};
+  EXPECT_EQ(logged, expected);
+  EXPECT_EQ(preference_progress(logged, "eval_"), " | kl 0.1500");
+  EXPECT_THROW(preference_metrics("kto", {1.0}, ""), c10::Error);
+  const auto dpo = preference_metrics("dpo", {1, 2, 0.5, 3, 4, 5, 6, 7}, "");
+  ASSERT_EQ(dpo.size(), 8u);
+  EXPECT_EQ(dpo[3], (std::pair<std::string, double>{"rewards/margins", 3}));
+  EXPECT_EQ(preference_progress(dpo, ""), " | margin 3.0000 | acc 0.50");
+}
+
+// rl: kto against TRL's KTOTrainer (scripts/reference/kto_reference.py) on the same pre-tokenized
+// rows in file order, from the same adapter with B = 0: 8 training rows, micro-batches of 4 with 2
+// accumulated, the first micro-batch all desirable (so it has no rejected metrics and TRL's
+// rewards/margins averages the second alone) and the second mixed; the loss and every metric TRL
+// logs (a metric absent from its log absent from ours) at each of 10 steps, float32 with equal and
+// unequal weights, and NF4. At B = 0 the log-ratios and kl are 0 and each row's loss is its weight
+// / 2. With 4 more rows held out, eval_loss and the eval_ metrics follow TRL's evaluation, and a
+// resumed run continues bitwise. Tolerances as the DPO test's.
+TEST_F(Trainer, KtoFollowsTrlsKtoTrainerStepForStep) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  write_zero_adapter(base, dir_ / "adapter0");
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  struct Case {
+    std::string quant;
+    double desirable_weight, undesirable_weight;
+    bool held_out;
+  };
+  for (const auto& [quant, dw, uw, held_out] :
+       std::vector<Case>{{"fp32", 1.0, 1.0, true}, {"fp32", 1.3, 0.7, false}, {"nf4", 1.0, 1.0, false}}) {
+    const auto name = "kto-" + quant + "-" + std::to_string(dw);
+    SCOPED_TRACE(name);
+    // Rows 0-3 desirable, then desirable and undesirable in turn; the held-out case's 4 more rows
+    // leave 8 to train on.
+    at::manual_seed(11);
+    const int rows = held_out ? 12 : 8;
+    const auto is_eval = data::held_out_rows(static_cast<size_t>(rows), held_out ? 4 : 0, 3);
+    std::vector<double> weights;  // the training rows' weights, in file order
+    {
+      std::ofstream all(dir_ / "pairs.jsonl"), eval_part(dir_ / "eval.jsonl"), train_part(dir_ / "train.jsonl");
+      for (int i = 0; i < rows; ++i) {
+        auto ids = [&](int64_t length) {
+          const auto t = at::randint(0, 160, {length}, at::kLong);
+          return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + length);
+        };
+        const auto line =
+            nlohmann::json{
+                {"prompt_ids", ids(3 + i % 3)}, {"completion_ids", ids(2 + i % 4)}, {"label", i < 4 || i % 2 == 0}}
+                .dump();
+        all << line << "\n";
+        (is_eval[static_cast<size_t>(i)] ? eval_part : train_part) << line << "\n";
+        if (!is_eval[static_cast<size_t>(i)]) weights.push_back(i < 4 || i % 2 == 0 ? dw : uw);
+      }
+    }
+    std::ostringstream keys;
+    keys << "rl: kto\nrl_beta: 0.1\ngradient_accumulation_steps: 2\nkto_desirable_weight: " << dw
+         << "\nkto_undesirable_weight: " << uw << "\n"
+         << (held_out ? "val_set_size: 4\neval_steps: 5\n" : "");
+    write_preference_config(dir_ / (name + ".yaml"), base, dir_ / "adapter0", quant, keys.str(), "out-" + name);
+    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
+    ASSERT_EQ(r.steps, 10);
+    std::ostringstream args;
+    args << (base / "base").string() << " " << (dir_ / "adapter0").string() << " " << (dir_ / "train.jsonl").string()
+         << " " << tokenizer.string() << " " << quant << " 10 0.002 3 0.1 64 4 2 " << dw << " " << uw;
+    if (held_out) args << " --eval " << (dir_ / "eval.jsonl").string() << " 5";
+    std::vector<nlohmann::json> theirs, theirs_eval, ours_eval;
+    for (const auto& j : trl_logs(args.str(), "kto_reference.py")) {
+      (j.contains("eval_loss") ? theirs_eval : theirs).push_back(j);
+    }
+    {
+      std::ifstream in(r.output_dir / "metrics.jsonl");
+      for (std::string line; std::getline(in, line);) {
+        if (const auto j = nlohmann::json::parse(line); j.contains("eval_loss")) ours_eval.push_back(j);
+      }
+    }
+    const auto ours = logged_steps(r.output_dir);
+    ASSERT_EQ(ours.size(), 10u);
+    ASSERT_EQ(theirs.size(), 10u);
+    const auto compare = [&](const nlohmann::json& mine, const nlohmann::json& trl, const std::string& prefix) {
+      std::vector<std::string> names = {prefix + "loss"};
+      for (const auto& key : preference_metric_names("kto")) names.push_back(prefix + key);
+      for (const auto& key : names) {
+        ASSERT_EQ(mine.contains(key), trl.contains(key)) << key;
+        if (!trl.contains(key)) continue;
+        const double a = mine.at(key).get<double>(), b = trl.at(key).get<double>();
+        const double scale = tolerance_scale(key, trl, 0.1, prefix);
+        EXPECT_NEAR(a, b, (quant == "nf4" ? 1e-3 : 2e-5) * scale + 1e-6) << key << " at step " << mine.at("step");
+      }
+    };
+    // The first step's: the mean over its two micro-batches of the mean over their rows of weight / 2.
+    ASSERT_EQ(weights.size(), 8u);
+    double first = 0;
+    for (size_t i = 0; i < 8; ++i) first += weights[i] / 2 / 4 / 2;
+    EXPECT_NEAR(ours[0].at("loss").get<double>(), first, 1e-6);
+    for (size_t i = 0; i < 10; ++i) compare(ours[i], theirs[i], "");
+    EXPECT_LT(ours.back().at("loss").get<double>(), ours.front().at("loss").get<double>());
+    EXPECT_GT(ours.back().at("rewards/margins").get<double>(), 0.0);
+    if (!held_out) continue;
+    ASSERT_EQ(ours_eval.size(), 2u);
+    ASSERT_EQ(theirs_eval.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(ours_eval[i].at("step"), theirs_eval[i].at("step"));
+      compare(ours_eval[i], theirs_eval[i], "eval_");
+    }
+    // A run resumed from its step-4 checkpoint continues bitwise.
+    const auto resumed = train(config::load_run_config(
+        dir_ / (name + ".yaml"),
+        {"output_dir=out-kto-resumed", "resume_from_checkpoint=" + (r.output_dir / "checkpoint-4").string()}));
+    const auto b = losses(resumed.output_dir);
+    ASSERT_EQ(b.size(), 6u);
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b[i], ours[4 + i].at("loss").get<double>()) << "step " << i + 5;
   }
 }
 

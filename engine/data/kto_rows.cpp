@@ -1,0 +1,109 @@
+// See kto_rows.h and Note [KTO rows] there.
+#include "engine/data/kto_rows.h"
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "engine/data/pretokenized.h"
+
+namespace qtrain::engine::data {
+namespace {
+
+// datasets' default map batch, in which TRL's unpair_preference_dataset works.
+constexpr size_t kUnpairBlock = 1000;
+
+bool is_pair_row(const nlohmann::ordered_json& row) {
+  return row.contains("chosen") || row.contains("chosen_ids");
+}
+
+// One labelled row (KL completion still empty).
+PreferencePair kto_row(const nlohmann::ordered_json& row,
+                       int64_t vocab_size,
+                       const PreferenceRowTokenizer& text,
+                       const std::string& where) {
+  TORCH_CHECK(row.contains("label") && row.at("label").is_boolean(),
+              where,
+              ": a KTO row needs \"label\": true (a desirable completion) or false (an undesirable one)",
+              row.contains("label") ? ", got " + row.at("label").dump() : std::string());
+  PreferencePair p;
+  p.desirable = row.at("label").get<bool>();
+  if (row.contains("prompt_ids") || row.contains("completion_ids")) {
+    p.prompt = int_list(row, "prompt_ids", where);
+    p.chosen = int_list(row, "completion_ids", where);
+    check_ids(p.prompt, "prompt_ids", vocab_size, false, where);
+    check_ids(p.chosen, "completion_ids", vocab_size, false, where);
+    TORCH_CHECK(!p.chosen.empty(), where, ": \"completion_ids\" must hold a token");
+    return p;
+  }
+  TORCH_CHECK(row.contains("prompt") && row.contains("completion"),
+              where,
+              ": a KTO row needs \"prompt\" and \"completion\" (text or messages) with \"label\", or the "
+              "tokenized \"prompt_ids\" and \"completion_ids\"");
+  TORCH_CHECK(text != nullptr,
+              where,
+              ": a KTO row of text or messages needs the model's tokenizer (tokenizer.json beside the base model, "
+              "or tokenizer_config); or give the tokenized \"prompt_ids\" and \"completion_ids\"");
+  // A pair of two equal completions tokenizes the prompt and the completion as TRL's KTOTrainer
+  // does (Note [Preference rows]).
+  const nlohmann::ordered_json pair = {
+      {"prompt", row.at("prompt")}, {"chosen", row.at("completion")}, {"rejected", row.at("completion")}};
+  auto tokenized = text(pair, where);
+  check_ids(tokenized.prompt, "prompt", vocab_size, false, where);
+  check_ids(tokenized.chosen, "completion", vocab_size, false, where);
+  TORCH_CHECK(!tokenized.chosen.empty(), where, ": \"completion\" must tokenize to a token past the prompt");
+  p.prompt = std::move(tokenized.prompt);
+  p.chosen = std::move(tokenized.chosen);
+  return p;
+}
+
+// TRL's unpair_preference_dataset: per block of kUnpairBlock pairs, their chosen rows, then their
+// rejected rows.
+std::vector<PreferencePair> unpaired(const std::vector<PreferencePair>& pairs) {
+  std::vector<PreferencePair> rows;
+  rows.reserve(2 * pairs.size());
+  for (size_t first = 0; first < pairs.size(); first += kUnpairBlock) {
+    const size_t end = std::min(pairs.size(), first + kUnpairBlock);
+    for (const bool desirable : {true, false}) {
+      for (size_t i = first; i < end; ++i) {
+        rows.push_back({pairs[i].prompt, desirable ? pairs[i].chosen : pairs[i].rejected, {}, desirable});
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<PreferencePair> read_kto_jsonl(const std::filesystem::path& path,
+                                           int64_t vocab_size,
+                                           const PreferenceRowTokenizer& text) {
+  std::vector<PreferencePair> rows;
+  bool pairs = false;
+  for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+    const bool pair = is_pair_row(row) && !row.contains("label");
+    TORCH_CHECK((rows.empty() && !pairs) || pair == pairs,
+                where,
+                ": the file mixes KTO rows (\"prompt\", \"completion\", \"label\") with preference pairs (\"chosen\", "
+                "\"rejected\"); give one kind per file");
+    pairs = pair;
+    if (!pair) rows.push_back(kto_row(row, vocab_size, text, where));
+  });
+  if (pairs) return unpaired(read_preference_jsonl(path, vocab_size, text));
+  TORCH_CHECK(!rows.empty(), path.string(), ": holds no KTO rows");
+  return rows;
+}
+
+void with_kl_completions(std::vector<PreferencePair>& rows, int64_t run_size) {
+  TORCH_CHECK(run_size >= 1, "with_kl_completions: run size must be at least 1, got ", run_size);
+  const auto n = static_cast<size_t>(run_size);
+  for (size_t first = 0; first < rows.size(); first += n) {
+    const size_t end = std::min(rows.size(), first + n);
+    for (size_t i = first; i < end; ++i) rows[i].rejected = rows[i == first ? end - 1 : i - 1].chosen;
+  }
+}
+
+}  // namespace qtrain::engine::data

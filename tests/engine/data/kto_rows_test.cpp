@@ -1,0 +1,130 @@
+// Note [KTO rows]: KTO's rows read as TRL's KTOTrainer prepares them (labelled rows, pairs unpaired
+// in blocks of 1000, errors that name the line), their KL completions rotated within runs of
+// micro_batch_size, and the sequential loader that keeps each run one micro-batch.
+#include "engine/data/kto_rows.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/io/remove_tree.h"
+#include "tests/expect_error.h"
+
+namespace qtrain::engine::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+class KtoRows : public ::testing::Test {
+ protected:
+  void SetUp() override { fs::create_directories(dir_); }
+  void TearDown() override { io::remove_tree(dir_); }
+  fs::path write(const std::string& text) {
+    std::ofstream(dir_ / "rows.jsonl") << text;
+    return dir_ / "rows.jsonl";
+  }
+  fs::path dir_ = fs::temp_directory_path() / ("qtrain_kto_rows_" + std::to_string(::getpid()));
+};
+
+TEST_F(KtoRows, KlCompletionsRotateWithinRunsOfTheMicroBatchSize) {
+  // TRL's map over batches of 3 of 8 rows: [0, 1, 2], [3, 4, 5], [6, 7].
+  std::vector<PreferencePair> rows;
+  for (int64_t i = 0; i < 8; ++i) rows.push_back({{100 + i}, {i}, {}, i % 2 == 0});
+  with_kl_completions(rows, 3);
+  const std::vector<int64_t> expected = {2, 0, 1, 5, 3, 4, 7, 6};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].rejected, std::vector<int64_t>{expected[i]}) << i;
+    EXPECT_EQ(rows[i].chosen, std::vector<int64_t>{static_cast<int64_t>(i)}) << "its own completion stays";
+    EXPECT_EQ(rows[i].prompt, std::vector<int64_t>{100 + static_cast<int64_t>(i)}) << "its own prompt stays";
+  }
+  // A last run of one row keeps its own completion, as TRL's does.
+  std::vector<PreferencePair> three = {{{1}, {1}, {}}, {{2}, {2}, {}}, {{3}, {3}, {}}};
+  with_kl_completions(three, 2);
+  EXPECT_EQ(three[2].rejected, std::vector<int64_t>{3});
+  EXPECT_EQ(three[0].rejected, std::vector<int64_t>{2});
+}
+
+TEST_F(KtoRows, LabelledRowsAreReadAndPairsUnpairedInBlocksOfAThousand) {
+  const auto rows = read_kto_jsonl(write("{\"prompt_ids\": [1, 2], \"completion_ids\": [3], \"label\": true}\n\n"
+                                         "{\"prompt_ids\": [], \"completion_ids\": [4, 5], \"label\": false}\n"),
+                                   10);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].prompt, (std::vector<int64_t>{1, 2}));
+  EXPECT_TRUE(rows[0].desirable);
+  EXPECT_EQ(rows[1].chosen, (std::vector<int64_t>{4, 5}));
+  EXPECT_FALSE(rows[1].desirable);
+  EXPECT_TRUE(rows[1].rejected.empty()) << "the KL completion is given later";
+
+  // 1001 pairs: the first 1000's chosen rows, their rejected rows, then the last pair's two.
+  std::string pairs;
+  for (int i = 0; i < 1001; ++i) {
+    pairs += "{\"prompt_ids\": [" + std::to_string(i % 7) + "], \"chosen_ids\": [1], \"rejected_ids\": [2]}\n";
+  }
+  const auto unpaired = read_kto_jsonl(write(pairs), 10);
+  ASSERT_EQ(unpaired.size(), 2002u);
+  for (size_t i = 0; i < 2002; ++i) {
+    const bool desirable = i < 1000 || i == 2000;
+    const size_t pair = i < 2000 ? i % 1000 : 1000;
+    EXPECT_EQ(unpaired[i].desirable, desirable) << i;
+    EXPECT_EQ(unpaired[i].chosen, std::vector<int64_t>{desirable ? 1 : 2}) << i;
+    EXPECT_EQ(unpaired[i].prompt, std::vector<int64_t>{static_cast<int64_t>(pair % 7)}) << i;
+  }
+}
+
+TEST_F(KtoRows, TextRowsGoThroughTheTokenizerAsAPromptAndOneCompletion) {
+  nlohmann::ordered_json seen;
+  const PreferenceRowTokenizer text = [&](const nlohmann::ordered_json& row, const std::string&) {
+    seen = row;
+    return PreferencePair{{1}, {2, 3}, {2, 3}};
+  };
+  const auto rows =
+      read_kto_jsonl(write("{\"prompt\": \"Hi\", \"completion\": \" there\", \"label\": false}\n"), 10, text);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(seen.at("prompt"), "Hi");
+  EXPECT_EQ(seen.at("chosen"), " there");
+  EXPECT_EQ(rows[0].chosen, (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(rows[0].desirable);
+}
+
+TEST_F(KtoRows, BadRowsNameTheLineAndTheFix) {
+  const auto path = (dir_ / "rows.jsonl").string();
+  test::expect_error([&] { read_kto_jsonl(write("{\"prompt_ids\": [1], \"completion_ids\": [2]}\n"), 10); },
+                     path + ":1: a KTO row needs \"label\": true (a desirable completion) or false");
+  test::expect_error(
+      [&] { read_kto_jsonl(write("{\"prompt_ids\": [1], \"completion_ids\": [2], \"label\": 1}\n"), 10); },
+      "or false (an undesirable one), got 1");
+  test::expect_error(
+      [&] { read_kto_jsonl(write("{\"prompt_ids\": [1], \"completion_ids\": [], \"label\": true}\n"), 10); },
+      path + ":1: \"completion_ids\" must hold a token");
+  test::expect_error(
+      [&] { read_kto_jsonl(write("{\"prompt_ids\": [1], \"completion_ids\": [12], \"label\": true}\n"), 10); },
+      path + ":1: \"completion_ids\"[0] is 12, outside the model's vocabulary [0, 10)");
+  test::expect_error(
+      [&] {
+        read_kto_jsonl(write("{\"prompt_ids\": [1], \"completion_ids\": [2], \"label\": true}\n"
+                             "{\"prompt_ids\": [1], \"chosen_ids\": [2], \"rejected_ids\": [3]}\n"),
+                       10);
+      },
+      path + ":2: the file mixes KTO rows");
+  test::expect_error(
+      [&] { read_kto_jsonl(write("{\"prompt\": \"a\", \"completion\": \"b\", \"label\": true}\n"), 10); },
+      path + ":1: a KTO row of text or messages needs the model's tokenizer");
+  test::expect_error([&] { read_kto_jsonl(write("{\"completion\": \"b\", \"label\": true}\n"), 10); },
+                     path + ":1: a KTO row needs \"prompt\" and \"completion\"");
+}
+
+TEST_F(KtoRows, TheSequentialLoaderVisitsTheRowsInFileOrderEveryEpoch) {
+  std::vector<PreferencePair> rows;
+  for (int64_t i = 0; i < 5; ++i) rows.push_back({{i}, {i}, {i}, true});
+  PairLoader loader(rows, 2, 7, /*sequential=*/true);
+  std::vector<int64_t> seen;
+  for (int b = 0; b < 6; ++b) {
+    for (const auto& p : loader.next()) seen.push_back(p.prompt[0]);
+  }
+  EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4}));
+}
+
+}  // namespace
+}  // namespace qtrain::engine::data
