@@ -5,14 +5,17 @@ sequential sampler), AdamW with a cosine schedule, warmup and clipping as the HF
 them, float32. Prints the log of every step (loss and TRL's metrics) as JSON.
 
     python scripts/reference/kto_reference.py BASE_DIR ADAPTER_DIR ROWS.jsonl TOKENIZER_DIR QUANT STEPS LR WARMUP \
-        BETA MAX_LENGTH BATCH ACCUMULATION DESIRABLE_WEIGHT UNDESIRABLE_WEIGHT [--eval EVAL_ROWS.jsonl EVAL_STEPS]
+        BETA MAX_LENGTH BATCH ACCUMULATION DESIRABLE_WEIGHT UNDESIRABLE_WEIGHT [--eval EVAL_ROWS.jsonl EVAL_STEPS] \
+        [--precompute N]
 
 ROWS.jsonl holds token ids ("prompt_ids", "completion_ids", "label"), which KTOTrainer does not read:
 each row is given to it as text, the ids written out as numbers, and its tokenizer call (_tokenize)
 reads them back, so that every other step of its dataset preparation runs as it is: the EOS text
 it appends to a completion is read as nothing (the ids are the whole row), the rows whose prompt
 fills MAX_LENGTH are dropped, and the KL completions are made by its own rotation in runs of
-BATCH rows. TOKENIZER_DIR only gives the trainer a processing class.
+BATCH rows. TOKENIZER_DIR only gives the trainer a processing class. With --precompute N the
+reference log-probabilities of the rows and their KL rows are computed before training, N rows at a
+time (precompute_ref_log_probs, precompute_ref_batch_size).
 """
 
 import json
@@ -48,6 +51,11 @@ def main():
         eval_dataset = Dataset.from_list([as_text(json.loads(line)) for line in open(argv[at + 1]) if line.strip()])
         eval_args = dict(eval_strategy="steps", eval_steps=int(argv[at + 2]))
         argv = argv[:at] + argv[at + 3:]
+    precompute = {}
+    if "--precompute" in argv:
+        at = argv.index("--precompute")
+        precompute = dict(precompute_ref_log_probs=True, precompute_ref_batch_size=int(argv[at + 1]))
+        argv = argv[:at] + argv[at + 2:]
     base_dir, adapter_dir, rows_path, tokenizer_dir, quant = argv[1:6]
     steps, lr, warmup, beta = int(argv[6]), float(argv[7]), int(argv[8]), float(argv[9])
     max_length, batch, accumulation = int(argv[10]), int(argv[11]), int(argv[12])
@@ -62,7 +70,7 @@ def main():
                      desirable_weight=desirable_weight, undesirable_weight=undesirable_weight,
                      max_length=max_length, report_to=[], use_cpu=True, bf16=False, fp16=False,
                      gradient_checkpointing=False, save_strategy="no", seed=3, dataloader_drop_last=False,
-                     **eval_args)
+                     **precompute, **eval_args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)  # the tiny model's ids; the padding is masked
     with tempfile.TemporaryDirectory() as out:

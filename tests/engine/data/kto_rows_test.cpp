@@ -1,16 +1,23 @@
-// Note [KTO rows]: KTO's rows read as TRL's KTOTrainer prepares them (labelled rows, pairs unpaired
-// in blocks of 1000, errors that name the line), their KL completions rotated within runs of
-// micro_batch_size, and the sequential loader that keeps each run one micro-batch.
+// Note [KTO rows]: KTO's rows read as TRL's KTOTrainer prepares them (labelled rows, text and
+// conversations tokenized as its _prepare_dataset does, pairs unpaired in blocks of 1000, errors
+// that name the line), their KL completions rotated within runs of micro_batch_size, and the
+// sequential loader that keeps each run one micro-batch.
 #include "engine/data/kto_rows.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "engine/data/hf_tokenizer.h"
+#include "engine/data/preference_rows.h"
 #include "engine/io/remove_tree.h"
+#include "engine/text/named_chat_template.h"
 #include "tests/expect_error.h"
+#include "tests/run_command.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -86,6 +93,63 @@ TEST_F(KtoRows, TextRowsGoThroughTheTokenizerAsAPromptAndOneCompletion) {
   EXPECT_EQ(seen.at("chosen"), " there");
   EXPECT_EQ(rows[0].chosen, (std::vector<int64_t>{2, 3}));
   EXPECT_FALSE(rows[0].desirable);
+}
+
+// Text and conversation rows tokenize as KTOTrainer._prepare_dataset tokenizes them
+// (scripts/reference/preference_tokenize.py --kto), on real tokenizers with and without a BOS,
+// through the chatml template: plain text (the EOS text appended, or there already, a UTF-8
+// boundary), a conversation and a multi-turn one with a system turn. The ids must be equal.
+TEST_F(KtoRows, TextAndConversationsTokenizeAsTrlsKtoTrainer) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const std::string jinja = text::named_chat_template("chatml");
+  std::ofstream(dir_ / "chatml.jinja") << jinja;
+  const text::ChatTemplate chatml(jinja);
+  const auto message = [](const std::string& role, const std::string& content) {
+    return nlohmann::ordered_json{{"role", role}, {"content", content}};
+  };
+  for (const std::string name : {"llama3", "qwen3", "mistral_v01"}) {
+    SCOPED_TRACE(name);
+    const auto tokenizer = HfTokenizer::load(fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / name);
+    const std::vector<nlohmann::ordered_json> rows = {
+        {{"prompt", "The sky is"}, {"completion", " blue."}, {"label", true}},
+        {{"prompt", "Say hi."}, {"completion", " Hi!" + tokenizer.eos_token()}, {"label", false}},
+        {{"prompt", "Réponse :"}, {"completion", " é"}, {"label", true}},
+        {{"prompt", {message("user", "What color is the sky?")}},
+         {"completion", {message("assistant", "It is blue.")}},
+         {"label", true}},
+        {{"prompt",
+          {message("system", "Answer briefly."),
+           message("user", "Hi"),
+           message("assistant", "Hello."),
+           message("user", "Count to 3.")}},
+         {"completion", {message("assistant", "1, 2, 3.")}},
+         {"label", false}},
+    };
+    std::string text;
+    for (const auto& row : rows) text += row.dump() + "\n";
+    const auto path = write(text);
+    const auto theirs =
+        test::run_command(std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                          (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_tokenize.py").string() +
+                          " --kto " + (fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / name).string() + " " +
+                          path.string() + " " + (dir_ / "chatml.jinja").string());
+    ASSERT_EQ(theirs.status, 0) << theirs.out;
+    const PreferenceRowTokenizer tokenize = [&](const nlohmann::ordered_json& row, const std::string& where) {
+      return tokenize_preference_row(row, tokenizer, &chatml, where);
+    };
+    const auto ours = read_kto_jsonl(path, tokenizer.vocab_size(), tokenize);
+    ASSERT_EQ(ours.size(), rows.size());
+    std::istringstream lines(theirs.out);
+    std::string line;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      SCOPED_TRACE("row " + std::to_string(i) + ": " + rows[i].dump());
+      ASSERT_TRUE(std::getline(lines, line));
+      const auto want = nlohmann::json::parse(line);
+      EXPECT_EQ(ours[i].prompt, want.at("prompt_ids").get<std::vector<int64_t>>());
+      EXPECT_EQ(ours[i].chosen, want.at("completion_ids").get<std::vector<int64_t>>());
+      EXPECT_EQ(ours[i].desirable, rows[i].at("label").get<bool>());
+    }
+  }
 }
 
 TEST_F(KtoRows, BadRowsNameTheLineAndTheFix) {
