@@ -45,6 +45,7 @@ const std::vector<std::string> kPreferenceDatasetTypes = {"chat_template.argilla
                                                           "chatml.intel",
                                                           "chatml.prompt_pairs",
                                                           "chatml.ultra",
+                                                          "llama3.argilla",
                                                           "llama3.argilla_chat",
                                                           "llama3.default",
                                                           "llama3.icr",
@@ -147,6 +148,10 @@ const std::vector<IgnoredKey> kIgnored = {
     {"experts_implementation",
      "it chooses the Python stack's expert kernel; qtrain runs its own grouped expert kernel"},
     {"eval_sample_packing", "evaluation batches are not packed; training is the same"},
+    {"eval_table_size", "it logs sample generations to Weights & Biases at evaluation; qtrain does not report there"},
+    {"eval_max_new_tokens", "the length of eval_table_size's generations, which qtrain does not make"},
+    {"remove_unused_columns",
+     "the HF Trainer's filter of dataset columns; qtrain reads only the fields a row type names"},
     {"ddp_find_unused_parameters", "a DDP setting; qtrain's LoRA parameters all take part in every step"},
     {"trust_remote_code", "qtrain runs no code from the model folder; its architectures are built in"},
     // The class or tokenizer axolotl loads with: qtrain builds the model config.json names and reads

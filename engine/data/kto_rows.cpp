@@ -80,10 +80,15 @@ std::vector<PreferencePair> unpaired(const std::vector<PreferencePair>& pairs) {
 
 std::vector<PreferencePair> read_kto_jsonl(const std::filesystem::path& path,
                                            int64_t vocab_size,
-                                           const PreferenceRowTokenizer& text) {
+                                           const PreferenceRowTokenizer& text,
+                                           const KtoRowType& type) {
   std::vector<PreferencePair> rows;
   bool pairs = false;
   for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
+    if (type) {
+      rows.push_back(kto_row(type(row, where), vocab_size, text, where));
+      return;
+    }
     const bool pair = is_pair_row(row) && !row.contains("label");
     TORCH_CHECK((rows.empty() && !pairs) || pair == pairs,
                 where,

@@ -24,20 +24,29 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/data/preference_pairs.h"
 
 namespace qtrain::engine::data {
 
+// An axolotl KTO dataset type: a row of its layout as KTO's text row (preference_types.h).
+using KtoRowType = std::function<nlohmann::ordered_json(const nlohmann::ordered_json& row, const std::string& where)>;
+
 // A file of KTO rows: pre-tokenized ("prompt_ids", "completion_ids", "label"), text or
 // conversations ("prompt", "completion", "label", through `text`, which tokenizes a pair row), or
-// pairs (unpaired, see the Note). "label" must be true or false; every id in [0, vocab_size);
-// every completion must hold a token. The KL completions are left empty (with_kl_completions).
-// Errors name the file, the line and the key.
+// pairs (unpaired, see the Note); with `type`, every row is first written as KTO's text row by it.
+// "label" must be true or false; every id in [0, vocab_size); every completion must hold a token.
+// The KL completions are left empty (with_kl_completions). Errors name the file, the line and the
+// key.
 std::vector<PreferencePair> read_kto_jsonl(const std::filesystem::path& path,
                                            int64_t vocab_size,
-                                           const PreferenceRowTokenizer& text = nullptr);
+                                           const PreferenceRowTokenizer& text = nullptr,
+                                           const KtoRowType& type = nullptr);
 
 // Gives each row its KL completion: the completion of the row before it within its run of
 // `run_size` consecutive rows, the run's first row the run's last one's (see the Note).

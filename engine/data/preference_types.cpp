@@ -219,7 +219,63 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
   const auto dot = d.type.find('.');
   const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
   if (family == "chat_template") return chat_template_row(d, variant, row, chat_template, bos_token, eos_token, where);
+  TORCH_CHECK(d.type != "llama3.argilla",
+              where,
+              ": llama3.argilla is one of axolotl's KTO types (rl: kto); for pairs use llama3.default, which reads "
+              "the same fields");
   return markup_row(family == "chatml" ? kChatml : kLlama3, variant, row, where);
+}
+
+nlohmann::ordered_json kto_type_row(const config::DatasetConfig& d,
+                                    const nlohmann::ordered_json& row,
+                                    const std::string& where) {
+  const auto dot = d.type.find('.');
+  const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
+  const std::vector<std::string> variants = {"argilla", "argilla_chat", "intel", "prompt_pairs", "ultra"};
+  TORCH_CHECK((family == "chatml" || family == "llama3") &&
+                  std::find(variants.begin(), variants.end(), variant) != variants.end(),
+              where,
+              ": rl: kto reads axolotl's KTO types, chatml.* and llama3.* with argilla, argilla_chat, intel, "
+              "prompt_pairs or ultra; ",
+              d.type,
+              " is not one of them");
+  const Markup& m = family == "chatml" ? kChatml : kLlama3;
+  TORCH_CHECK(row.contains("label"), where, ": a KTO row needs \"label\": true or false");
+  std::string prompt, completion;
+  if (variant == "argilla_chat") {
+    const auto it = row.find("completion");
+    TORCH_CHECK(it != row.end() && it->is_array() && it->size() >= 2,
+                where,
+                ": ",
+                d.type,
+                " reads the conversation in \"completion\" (a list of at least two messages)");
+    const size_t last = it->size() - 1;
+    if (family == "chatml") {
+      prompt = m.user_header + message_content(row, "completion", 0, where) + m.end + m.between + m.assistant_header;
+    } else {
+      for (size_t i = 0; i < last; ++i) {
+        const auto& turn = (*it)[i];
+        TORCH_CHECK(turn.is_object() && turn.contains("role") && turn["role"].is_string(),
+                    where,
+                    ": \"completion\"[",
+                    i,
+                    "] needs a \"role\"");
+        prompt += "<|start_header_id|>" + turn["role"].get<std::string>() + "<|end_header_id|>\n\n" +
+                  message_content(row, "completion", i, where) + m.end;
+      }
+      prompt += m.assistant_header;
+    }
+    completion = message_content(row, "completion", last, where);
+  } else {
+    const std::string user_key = variant == "argilla" ? "instruction" : variant == "intel" ? "question" : "prompt";
+    // Python's truthiness: a system turn only for a non-empty text.
+    if (const auto it = row.find("system"); it != row.end() && it->is_string() && !it->get<std::string>().empty()) {
+      prompt = m.system_header + it->get<std::string>() + m.end + m.between;
+    }
+    prompt += m.user_header + text_at(row, user_key, where) + m.end + m.between + m.assistant_header;
+    completion = text_at(row, "completion", where);
+  }
+  return {{"prompt", prompt}, {"completion", completion + m.end}, {"label", row.at("label")}};
 }
 
 }  // namespace qtrain::engine::data

@@ -21,6 +21,13 @@
 //   field_chosen but the last, the completions their lists' last messages. Roles pass through
 //   `roles` (and the built-in human -> user, gpt -> assistant), message keys through
 //   message_property_mappings.
+// With rl: kto the chatml.* and llama3.* types are axolotl's prompt_strategies/kto ones, which
+// write KTO's text row {"prompt", "completion", "label"}: the prompt as above with the user text
+// from "instruction" (argilla), "question" (intel) or "prompt" (prompt_pairs, ultra), the
+// completion the row's "completion" text followed by the end of turn; argilla_chat reads the
+// conversation in "completion": its last message is the completion, and the prompt is chatml's
+// user turn of its first message, or llama3's turns of every message before the last, in their
+// roles. The label passes through. (llama3.argilla is a KTO type only; icr and default are DPO's.)
 #pragma once
 
 #include <string>
@@ -46,5 +53,11 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
                                            const std::string& bos_token,
                                            const std::string& eos_token,
                                            const std::string& where);
+
+// KTO's text row for `row` of dataset `d` (a chatml.* or llama3.* type of axolotl's KTO
+// strategies; see the Note). Errors name `where`, the field and the fix.
+nlohmann::ordered_json kto_type_row(const config::DatasetConfig& d,
+                                    const nlohmann::ordered_json& row,
+                                    const std::string& where);
 
 }  // namespace qtrain::engine::data

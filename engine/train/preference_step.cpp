@@ -369,9 +369,10 @@ void precompute_reference(TrainingRun& run, const config::RunConfig& c, dist::Co
           const size_t done = std::min(n, first + world * batch_size);
           if (done == n || ++calls % 64 == 0) {
             std::fprintf(out,
-                         "precompute_ref_log_probs: %zu/%zu pairs (%.1f s)\n",
+                         "precompute_ref_log_probs: %zu/%zu %s (%.1f s)\n",
                          before + done,
                          total,
+                         c.rl == "kto" ? "rows" : "pairs",
                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
             std::fflush(out);
           }

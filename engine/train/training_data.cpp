@@ -168,14 +168,15 @@ std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig&
     data::PreferenceRowTokenizer text;
     if (tokenizer != nullptr) {
       text = [&](const nlohmann::ordered_json& row, const std::string& where) {
-        // An axolotl type writes TRL's text row first (Note [Preference types]).
-        const auto trl_row = typed ? data::preference_type_row(d,
-                                                               row,
-                                                               template_for(d.type.starts_with("chat_template.")),
-                                                               tokenizer->bos_token(),
-                                                               tokenizer->eos_token(),
-                                                               where)
-                                   : row;
+        // An axolotl type writes TRL's text row first (Note [Preference types]); KTO's did already.
+        const auto trl_row = typed && c.rl != "kto"
+                                 ? data::preference_type_row(d,
+                                                             row,
+                                                             template_for(d.type.starts_with("chat_template.")),
+                                                             tokenizer->bos_token(),
+                                                             tokenizer->eos_token(),
+                                                             where)
+                                 : row;
         return data::tokenize_preference_row(
             trl_row, *tokenizer, template_for(data::is_conversational_row(trl_row)), where);
       };
@@ -186,14 +187,12 @@ std::vector<data::PreferencePair> load_preference_pairs(const config::RunConfig&
                 ": type ",
                 d.type,
                 " writes text, which needs the model's tokenizer (tokenizer.json beside the base model)");
-    TORCH_CHECK(c.rl != "kto" || !typed,
-                "dataset ",
-                d.path.string(),
-                ": rl: kto reads TRL's rows (\"prompt\", \"completion\", \"label\", or pairs it unpairs); axolotl's "
-                "type ",
-                d.type,
-                " is not built for KTO yet; remove the type");
-    auto read = c.rl == "kto" ? data::read_kto_jsonl(d.path, vocab_size, text)
+    // axolotl's KTO types write KTO's text rows (Note [Preference types]), which `text` then
+    // tokenizes as TRL's.
+    const auto kto_type = [&](const nlohmann::ordered_json& row, const std::string& where) {
+      return data::kto_type_row(d, row, where);
+    };
+    auto read = c.rl == "kto" ? data::read_kto_jsonl(d.path, vocab_size, text, typed ? kto_type : data::KtoRowType())
                               : data::read_preference_jsonl(d.path, vocab_size, text, typed);
     const auto read_count = read.size();
     // TRL's keep_start truncation would leave no completion token of these.

@@ -278,6 +278,53 @@ TEST_F(AxolotlExamples, TheMistralDpoExampleTrainsOnItsPreferenceRows) {
   EXPECT_TRUE(adapter.contains("base_model.model.lm_head.weight"));
 }
 
+// axolotl's Llama 3 KTO QLoRA example (rl: kto, rl_beta 0.5, kto_desirable_weight 0.2, type
+// llama3.ultra, 8-bit AdamW, gradient checkpointing, micro-batches of 2) trains on rows in the
+// layout of its dataset (argilla/ultrafeedback-binarized-preferences-cleaned-kto: prompt,
+// completion, label), written as axolotl's KTO strategy writes them, with TRL's metrics.
+TEST_F(AxolotlExamples, TheLlama3KtoExampleTrainsOnItsUnpairedRows) {
+  {
+    std::ofstream rows(dir_ / "kto.jsonl");
+    const std::vector<std::string> colours = {"red", "green", "blue", "black", "white"};
+    for (int i = 0; i < 12; ++i) {
+      rows << nlohmann::json{{"prompt", "Name colour number " + std::to_string(i % 5)},
+                             {"completion", colours[(i + i % 2) % 5]},
+                             {"label", i % 3 != 0}}
+                  .dump()
+           << "\n";
+    }
+  }
+  const auto config = example(
+      "llama-3/qlora-1b-kto.yaml", model(engine::model::Architecture::llama, "llama3"), (dir_ / "kto.jsonl").string());
+  EXPECT_EQ(problems(config), std::vector<std::string>{});
+  const auto out = dir_ / "out-kto";
+  const auto [status, log] =
+      run(std::string(QTRAIN_BINARY) + " train " + config.string() +
+          " --set max_steps=3 --set sequence_len=128 --set device=cpu --set output_dir=" + out.string());
+  ASSERT_EQ(status, 0) << log;
+  EXPECT_NE(log.find("12 KTO rows"), std::string::npos) << log;
+  const auto m = logged(out);
+  expect_finite_losses(m, 3, log);
+  // 8 desirable rows at weight 0.2 against 4 undesirable at 1: TRL's advice is printed.
+  EXPECT_NE(log.find("rl: kto: 8 desirable and 4 undesirable rows; TRL advises kto_desirable_weight in [0.5, "),
+            std::string::npos)
+      << log;
+  // Every micro-batch of 2 rows in file order has a desirable row; the third (rows 4 and 5) has no
+  // undesirable one, so its step logs no rejected metric, as TRL's.
+  std::ifstream metrics(out / "metrics.jsonl");
+  int with_margins = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("loss")) continue;
+    for (const char* key : {"kl", "rewards/chosen", "logps/chosen", "logits/chosen"}) {
+      EXPECT_TRUE(j.contains(key)) << key << " in " << line;
+    }
+    EXPECT_EQ(j.contains("rewards/rejected"), j.contains("rewards/margins")) << line;
+    with_margins += j.contains("rewards/margins");
+  }
+  EXPECT_EQ(with_margins, 2) << log;
+}
+
 // mistral/qlora.yml's loss_watchdog_threshold: 5.0 and patience 3 stop a run whose loss stays
 // near ln(4096) = 8.3 (a random model): the end of step 4 sees the third high loss logged (steps
 // 1 to 3), so step 4 is the last, as in axolotl; the adapter is saved.

@@ -1,6 +1,7 @@
 // Note [Preference types]: axolotl's preference dataset types write TRL's text rows as axolotl's
-// prompt_strategies/dpo/{chatml,llama3,chat_template}.py write them (the expected texts below are
-// their f-strings and renderings, written out), and the config reads their keys.
+// prompt_strategies/dpo/{chatml,llama3,chat_template}.py (and, for KTO, prompt_strategies/kto)
+// write them (the expected texts below are their f-strings and renderings, written out), and the
+// config reads their keys.
 #include "engine/data/preference_types.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,57 @@ json row_of(const std::string& type, const json& row, const text::ChatTemplate* 
   config::DatasetConfig d;
   d.type = type;
   return preference_type_row(d, row, t, "<s>", "</s>", "p.jsonl:1");
+}
+
+json kto_row_of(const std::string& type, const json& row) {
+  config::DatasetConfig d;
+  d.type = type;
+  return kto_type_row(d, row, "k.jsonl:1");
+}
+
+// With rl: kto, axolotl's prompt_strategies/kto/{chatml,llama3}.py: KTO's text rows.
+TEST(PreferenceTypes, KtosChatmlAndLlama3TypesWriteKtoRows) {
+  const json ultra = {{"system", "Be brief."}, {"prompt", "2+2?"}, {"completion", "4"}, {"label", true}};
+  EXPECT_EQ(
+      kto_row_of("chatml.ultra", ultra),
+      (json{{"prompt",
+             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"},
+            {"completion", "4<|im_end|>"},
+            {"label", true}}));
+  EXPECT_EQ(
+      kto_row_of("llama3.argilla", {{"instruction", "Hi"}, {"completion", "Yo"}, {"label", false}}),
+      (json{{"prompt",
+             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+             "\n\n"},
+            {"completion", "Yo<|eot_id|>"},
+            {"label", false}}));
+  EXPECT_EQ(kto_row_of("chatml.intel", {{"question", "Q"}, {"completion", "A"}, {"label", true}})["prompt"],
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  // argilla_chat: the conversation in "completion"; llama3 writes every turn before the last.
+  const json chat = {{"completion",
+                      {{{"role", "user"}, {"content", "Q"}},
+                       {{"role", "assistant"}, {"content", "A"}},
+                       {{"role", "user"}, {"content", "Q2"}},
+                       {{"role", "assistant"}, {"content", "A2"}}}},
+                     {"label", true}};
+  EXPECT_EQ(
+      kto_row_of("llama3.argilla_chat", chat),
+      (json{{"prompt",
+             "<|start_header_id|>user<|end_header_id|>\n\nQ<|eot_id|><|start_header_id|>assistant<|end_header_id|>"
+             "\n\nA<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nQ2<|eot_id|><|start_header_id|>"
+             "assistant<|end_header_id|>\n\n"},
+            {"completion", "A2<|eot_id|>"},
+            {"label", true}}));
+  EXPECT_EQ(kto_row_of("chatml.argilla_chat", chat)["prompt"],
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(kto_row_of("chatml.argilla_chat", chat)["completion"], "A2<|im_end|>");
+  test::expect_error([&] { kto_row_of("chatml.icr", ultra); }, "k.jsonl:1: rl: kto reads axolotl's KTO types");
+  test::expect_error(
+      [&] {
+        kto_row_of("chatml.ultra", {{"prompt", "Q"}, {"completion", "A"}});
+      },
+      "k.jsonl:1: a KTO row needs \"label\"");
+  test::expect_error([&] { row_of("llama3.argilla", ultra); }, "llama3.argilla is one of axolotl's KTO types");
 }
 
 TEST(PreferenceTypes, ChatmlAndLlama3WriteTheirMarkup) {
