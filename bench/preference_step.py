@@ -73,15 +73,15 @@ from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig, TrainerCallback
 from trl import KTOConfig, KTOTrainer
-model_dir, rows_path, tokenizer_dir, out, threads = sys.argv[1:6]
+model_dir, rows_path, tokenizer_dir, out, threads, reference_dir = sys.argv[1:7]
+sys.path.insert(0, reference_dir)
+from kto_reference import as_text, ids_of_text  # token ids through KTOTrainer's own preparation
 torch.set_num_threads(int(threads))
 q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                        bnb_4bit_compute_dtype=torch.float32)
 model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=q, dtype=torch.float32, device_map="cpu")
-kto_trainer._tokenize = lambda pc, text, **kw: {"input_ids": [int(t) for t in text.replace(pc.eos_token, " ").split()]}
-rows = [json.loads(l) for l in open(rows_path) if l.strip()]
-rows = [{"prompt": " ".join(map(str, r["prompt_ids"])), "completion": "".join(" " + str(t) for t in r["completion_ids"]),
-         "label": r["label"]} for r in rows]
+kto_trainer._tokenize = ids_of_text
+rows = [as_text(json.loads(l)) for l in open(rows_path) if l.strip()]
 tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
 tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)
 times = []
@@ -144,8 +144,9 @@ def main():
             t2, _ = qtrain_run(args.build, model_dir, pairs, out, 2, args.threads, precompute, args.objective)
             results["qtrain" + (" (precompute_ref_log_probs)" if precompute else "")] = ((t8 - t2) / 6, peak)
         env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        reference_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "reference")
         res = subprocess.run([sys.executable, "-c", KTO_STEPS if kto else TRL_STEPS, model_dir, pairs, tokenizer_dir,
-                              os.path.join(out, "trl"), str(args.threads)],
+                              os.path.join(out, "trl"), str(args.threads), reference_dir],
                              check=True, capture_output=True, text=True, env=env)
         trl = json.loads(res.stdout.strip().splitlines()[-1])
         results[trainer] = (trl["step_seconds"], trl["peak_rss_bytes"])

@@ -252,7 +252,8 @@ struct RunConfig {
   double cpo_alpha = 1.0;
   double kto_desirable_weight = 1.0;
   double kto_undesirable_weight = 1.0;
-  // DPO's and IPO's reference computed once before training, this many pairs at a time (0: micro_batch_size).
+  // DPO's, IPO's and KTO's reference computed once before training, this many pairs (KTO: rows) at a
+  // time (0: micro_batch_size).
   bool precompute_ref_log_probs = false;
   int64_t precompute_ref_batch_size = 0;
 

@@ -5,9 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <string>
 #include <utility>
 
+#include "engine/data/preference_rows.h"
 #include "engine/data/pretokenized.h"
 
 namespace qtrain::engine::data {
@@ -60,17 +62,40 @@ PreferencePair kto_row(const nlohmann::ordered_json& row,
   return p;
 }
 
+// A pair row's two KTO rows, its chosen completion (desirable) and its rejected one, each tokenized
+// on its own as TRL tokenizes unpaired rows (after extracting the prompt where the row has none).
+std::array<PreferencePair, 2> pair_rows(const nlohmann::ordered_json& row,
+                                        int64_t vocab_size,
+                                        const PreferenceRowTokenizer& text,
+                                        const std::string& where) {
+  const bool ids = row.contains("chosen_ids");
+  TORCH_CHECK(row.contains(ids ? "rejected_ids" : "rejected"),
+              where,
+              ": a preference pair needs \"",
+              ids ? "rejected_ids" : "rejected",
+              "\" beside \"",
+              ids ? "chosen_ids" : "chosen",
+              "\"");
+  const auto r = ids ? row : with_prompt(row, where);
+  const auto side = [&](const char* key, bool desirable) {
+    nlohmann::ordered_json one = {{"label", desirable}};
+    const char* prompt = ids ? "prompt_ids" : "prompt";
+    if (r.contains(prompt)) one[prompt] = r.at(prompt);  // else kto_row names it
+    one[ids ? "completion_ids" : "completion"] = r.at(key);
+    return kto_row(one, vocab_size, text, where);
+  };
+  return {side(ids ? "chosen_ids" : "chosen", true), side(ids ? "rejected_ids" : "rejected", false)};
+}
+
 // TRL's unpair_preference_dataset: per block of kUnpairBlock pairs, their chosen rows, then their
 // rejected rows.
-std::vector<PreferencePair> unpaired(const std::vector<PreferencePair>& pairs) {
+std::vector<PreferencePair> unpaired(const std::vector<std::array<PreferencePair, 2>>& pairs) {
   std::vector<PreferencePair> rows;
   rows.reserve(2 * pairs.size());
   for (size_t first = 0; first < pairs.size(); first += kUnpairBlock) {
     const size_t end = std::min(pairs.size(), first + kUnpairBlock);
-    for (const bool desirable : {true, false}) {
-      for (size_t i = first; i < end; ++i) {
-        rows.push_back({pairs[i].prompt, desirable ? pairs[i].chosen : pairs[i].rejected, {}, desirable});
-      }
+    for (const size_t side : {0, 1}) {
+      for (size_t i = first; i < end; ++i) rows.push_back(pairs[i][side]);
     }
   }
   return rows;
@@ -83,21 +108,24 @@ std::vector<PreferencePair> read_kto_jsonl(const std::filesystem::path& path,
                                            const PreferenceRowTokenizer& text,
                                            const KtoRowType& type) {
   std::vector<PreferencePair> rows;
-  bool pairs = false;
+  std::vector<std::array<PreferencePair, 2>> pairs;  // a file of pairs': each pair's two rows
   for_each_jsonl_row(path, [&](const nlohmann::ordered_json& row, const std::string& where) {
     if (type) {
       rows.push_back(kto_row(type(row, where), vocab_size, text, where));
       return;
     }
     const bool pair = is_pair_row(row) && !row.contains("label");
-    TORCH_CHECK((rows.empty() && !pairs) || pair == pairs,
+    TORCH_CHECK((rows.empty() && pairs.empty()) || pair == !pairs.empty(),
                 where,
                 ": the file mixes KTO rows (\"prompt\", \"completion\", \"label\") with preference pairs (\"chosen\", "
                 "\"rejected\"); give one kind per file");
-    pairs = pair;
-    if (!pair) rows.push_back(kto_row(row, vocab_size, text, where));
+    if (pair) {
+      pairs.push_back(pair_rows(row, vocab_size, text, where));
+    } else {
+      rows.push_back(kto_row(row, vocab_size, text, where));
+    }
   });
-  if (pairs) return unpaired(read_preference_jsonl(path, vocab_size, text));
+  if (!pairs.empty()) return unpaired(pairs);
   TORCH_CHECK(!rows.empty(), path.string(), ": holds no KTO rows");
   return rows;
 }

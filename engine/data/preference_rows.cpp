@@ -90,17 +90,10 @@ PreferencePair text_pair(const nlohmann::ordered_json& row, const TextTokenizer&
                 v.type_name());
     return v.get<std::string>();
   };
-  std::string chosen = text(field(row, "chosen", where), "chosen");
-  std::string rejected = text(field(row, "rejected", where), "rejected");
-  std::string prompt;
-  if (const auto it = row.find("prompt"); it != row.end() && !it->is_null()) {
-    prompt = text(*it, "prompt");
-  } else {
-    const size_t end = text_prompt_end(chosen, rejected);
-    prompt = chosen.substr(0, end);
-    chosen.erase(0, end);
-    rejected.erase(0, end);
-  }
+  const auto r = with_prompt(row, where);
+  std::string chosen = text(field(r, "chosen", where), "chosen");
+  std::string rejected = text(field(r, "rejected", where), "rejected");
+  const std::string prompt = text(field(r, "prompt", where), "prompt");
   const auto eos = tokenizer.eos_token();
   for (auto* completion : {&chosen, &rejected}) {
     if (!completion->ends_with(eos)) *completion += eos;
@@ -126,17 +119,10 @@ PreferencePair conversation_pair(const nlohmann::ordered_json& row,
                 v.type_name());
     return v;
   };
-  auto chosen = messages(field(row, "chosen", where), "chosen");
-  auto rejected = messages(field(row, "rejected", where), "rejected");
-  nlohmann::ordered_json prompt;
-  if (const auto it = row.find("prompt"); it != row.end() && !it->is_null()) {
-    prompt = messages(*it, "prompt");
-  } else {
-    const size_t end = messages_prompt_end(chosen, rejected);
-    prompt = slice(chosen, 0, end);
-    chosen = slice(chosen, end, chosen.size());
-    rejected = slice(rejected, end, rejected.size());
-  }
+  const auto r = with_prompt(row, where);
+  const auto chosen = messages(field(r, "chosen", where), "chosen");
+  const auto rejected = messages(field(r, "rejected", where), "rejected");
+  const auto prompt = messages(field(r, "prompt", where), "prompt");
   auto ids = [&](const nlohmann::ordered_json& conversation, bool generation_prompt) {
     const auto rendered = render_chat(
         *chat_template, conversation, generation_prompt, tokenizer.bos_token(), tokenizer.eos_token(), where);
@@ -151,6 +137,26 @@ PreferencePair conversation_pair(const nlohmann::ordered_json& row,
 }
 
 }  // namespace
+
+nlohmann::ordered_json with_prompt(const nlohmann::ordered_json& row, const std::string& where) {
+  if (const auto it = row.find("prompt"); it != row.end() && !it->is_null()) return row;
+  const auto& chosen = field(row, "chosen", where);
+  const auto& rejected = field(row, "rejected", where);
+  auto out = row;
+  if (chosen.is_string() && rejected.is_string()) {
+    const auto c = chosen.get<std::string>(), r = rejected.get<std::string>();
+    const size_t end = text_prompt_end(c, r);
+    out["prompt"] = c.substr(0, end);
+    out["chosen"] = c.substr(end);
+    out["rejected"] = r.substr(end);
+  } else if (chosen.is_array() && rejected.is_array()) {
+    const size_t end = messages_prompt_end(chosen, rejected);
+    out["prompt"] = slice(chosen, 0, end);
+    out["chosen"] = slice(chosen, end, chosen.size());
+    out["rejected"] = slice(rejected, end, rejected.size());
+  }
+  return out;  // chosen and rejected of other types: tokenizing names them
+}
 
 std::string render_chat(const text::ChatTemplate& chat_template,
                         const nlohmann::ordered_json& messages,

@@ -33,6 +33,11 @@
 
 namespace qtrain::engine::data {
 
+// Step 1 alone: `row` with its "prompt" extracted from "chosen" and "rejected" where it has none
+// (or null), as TRL's extract_prompt does; a row with a prompt as it is. Chosen and rejected of
+// other types are left for tokenize_preference_row to name.
+nlohmann::ordered_json with_prompt(const nlohmann::ordered_json& row, const std::string& where);
+
 // Whether `row` holds a conversation: a "prompt", "chosen" or "rejected" that is a list of
 // messages with roles (TRL's is_conversational).
 bool is_conversational_row(const nlohmann::ordered_json& row);

@@ -12,18 +12,29 @@
 namespace qtrain::engine::data {
 namespace {
 
-// A family's markup for chatml.* and llama3.*.
-// `end` closes a turn; `between` follows it before the next turn's header.
+// A family's markup for chatml.* and llama3.*: a turn's header is open + role + close; `end`
+// closes a turn; `between` follows it before the next turn's header.
 struct Markup {
-  std::string system_header, user_header, assistant_header, end, between;
+  std::string open, close, end, between;
+  std::string header(const std::string& role) const { return open + role + close; }
+  // A whole turn, then what comes before the next.
+  std::string turn(const std::string& role, const std::string& text) const {
+    return header(role) + text + end + between;
+  }
 };
 
-const Markup kChatml{"<|im_start|>system\n", "<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_end|>", "\n"};
-const Markup kLlama3{"<|start_header_id|>system<|end_header_id|>\n\n",
-                     "<|start_header_id|>user<|end_header_id|>\n\n",
-                     "<|start_header_id|>assistant<|end_header_id|>\n\n",
-                     "<|eot_id|>",
-                     ""};
+const Markup kChatml{"<|im_start|>", "\n", "<|im_end|>", "\n"};
+const Markup kLlama3{"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>", ""};
+
+// The system turn (where the row has a non-empty "system": Python's truthiness) and the user turn
+// of `user`, ending with the assistant's header.
+std::string markup_prompt(const Markup& m, const nlohmann::ordered_json& row, const std::string& user) {
+  std::string prompt;
+  if (const auto it = row.find("system"); it != row.end() && it->is_string() && !it->get<std::string>().empty()) {
+    prompt = m.turn("system", it->get<std::string>());
+  }
+  return prompt + m.turn("user", user) + m.header("assistant");
+}
 
 std::string text_at(const nlohmann::ordered_json& row, const std::string& key, const std::string& where) {
   const auto it = row.find(key);
@@ -87,16 +98,10 @@ nlohmann::ordered_json markup_row(const Markup& m,
       rejected = text_at(row, responses ? first_key(row, {"rejected", "rejected_response"}) : "rejected", where);
     }
   }
-  std::string prompt;
-  if (variant != "argilla_chat") {
-    // Python's truthiness: a system turn only for a non-empty text.
-    if (const auto it = row.find("system"); it != row.end() && it->is_string() && !it->get<std::string>().empty()) {
-      prompt = m.system_header + it->get<std::string>() + m.end + m.between;
-    }
-  }
-  prompt += m.user_header + user + m.end + m.between + m.assistant_header;
-  const std::string end = m.end;
-  return {{"prompt", prompt}, {"chosen", chosen + end}, {"rejected", rejected + end}};
+  // argilla_chat writes no system turn.
+  const std::string prompt =
+      variant == "argilla_chat" ? m.turn("user", user) + m.header("assistant") : markup_prompt(m, row, user);
+  return {{"prompt", prompt}, {"chosen", chosen + m.end}, {"rejected", rejected + m.end}};
 }
 
 // A message of the row as the template reads it: its role mapped, its content.
@@ -226,21 +231,27 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
   return markup_row(family == "chatml" ? kChatml : kLlama3, variant, row, where);
 }
 
+bool is_kto_type(std::string_view type) {
+  const auto dot = type.find('.');
+  if (dot == std::string_view::npos) return false;
+  const auto family = type.substr(0, dot), variant = type.substr(dot + 1);
+  const std::vector<std::string_view> variants = {"argilla", "argilla_chat", "intel", "prompt_pairs", "ultra"};
+  return (family == "chatml" || family == "llama3") &&
+         std::find(variants.begin(), variants.end(), variant) != variants.end();
+}
+
 nlohmann::ordered_json kto_type_row(const config::DatasetConfig& d,
                                     const nlohmann::ordered_json& row,
                                     const std::string& where) {
-  const auto dot = d.type.find('.');
-  const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
-  const std::vector<std::string> variants = {"argilla", "argilla_chat", "intel", "prompt_pairs", "ultra"};
-  TORCH_CHECK((family == "chatml" || family == "llama3") &&
-                  std::find(variants.begin(), variants.end(), variant) != variants.end(),
+  TORCH_CHECK(is_kto_type(d.type),
               where,
               ": rl: kto reads axolotl's KTO types, chatml.* and llama3.* with argilla, argilla_chat, intel, "
               "prompt_pairs or ultra; ",
               d.type,
               " is not one of them");
+  const auto dot = d.type.find('.');
+  const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
   const Markup& m = family == "chatml" ? kChatml : kLlama3;
-  TORCH_CHECK(row.contains("label"), where, ": a KTO row needs \"label\": true or false");
   std::string prompt, completion;
   if (variant == "argilla_chat") {
     const auto it = row.find("completion");
@@ -249,33 +260,33 @@ nlohmann::ordered_json kto_type_row(const config::DatasetConfig& d,
                 ": ",
                 d.type,
                 " reads the conversation in \"completion\" (a list of at least two messages)");
-    const size_t last = it->size() - 1;
     if (family == "chatml") {
-      prompt = m.user_header + message_content(row, "completion", 0, where) + m.end + m.between + m.assistant_header;
+      // chatml: the first message as the user turn, the second as the completion.
+      prompt = m.turn("user", message_content(row, "completion", 0, where)) + m.header("assistant");
+      completion = message_content(row, "completion", 1, where);
     } else {
+      // llama3: every message before the last in its role, the last as the completion.
+      const size_t last = it->size() - 1;
       for (size_t i = 0; i < last; ++i) {
-        const auto& turn = (*it)[i];
-        TORCH_CHECK(turn.is_object() && turn.contains("role") && turn["role"].is_string(),
+        const auto& message = (*it)[i];
+        TORCH_CHECK(message.is_object() && message.contains("role") && message["role"].is_string(),
                     where,
                     ": \"completion\"[",
                     i,
                     "] needs a \"role\"");
-        prompt += "<|start_header_id|>" + turn["role"].get<std::string>() + "<|end_header_id|>\n\n" +
-                  message_content(row, "completion", i, where) + m.end;
+        prompt += m.turn(message["role"].get<std::string>(), message_content(row, "completion", i, where));
       }
-      prompt += m.assistant_header;
+      prompt += m.header("assistant");
+      completion = message_content(row, "completion", last, where);
     }
-    completion = message_content(row, "completion", last, where);
   } else {
     const std::string user_key = variant == "argilla" ? "instruction" : variant == "intel" ? "question" : "prompt";
-    // Python's truthiness: a system turn only for a non-empty text.
-    if (const auto it = row.find("system"); it != row.end() && it->is_string() && !it->get<std::string>().empty()) {
-      prompt = m.system_header + it->get<std::string>() + m.end + m.between;
-    }
-    prompt += m.user_header + text_at(row, user_key, where) + m.end + m.between + m.assistant_header;
+    prompt = markup_prompt(m, row, text_at(row, user_key, where));
     completion = text_at(row, "completion", where);
   }
-  return {{"prompt", prompt}, {"completion", completion + m.end}, {"label", row.at("label")}};
+  nlohmann::ordered_json out = {{"prompt", prompt}, {"completion", completion + m.end}};
+  if (row.contains("label")) out["label"] = row.at("label");  // else reading the row names it
+  return out;
 }
 
 }  // namespace qtrain::engine::data

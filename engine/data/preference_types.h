@@ -25,9 +25,10 @@
 // write KTO's text row {"prompt", "completion", "label"}: the prompt as above with the user text
 // from "instruction" (argilla), "question" (intel) or "prompt" (prompt_pairs, ultra), the
 // completion the row's "completion" text followed by the end of turn; argilla_chat reads the
-// conversation in "completion": its last message is the completion, and the prompt is chatml's
-// user turn of its first message, or llama3's turns of every message before the last, in their
-// roles. The label passes through. (llama3.argilla is a KTO type only; icr and default are DPO's.)
+// conversation in "completion": chatml's prompt is the user turn of its first message and its
+// completion the second message; llama3's prompt is every message before the last in its role,
+// and its completion the last. The label passes through. (llama3.argilla is a KTO type only; icr and default are
+// DPO's.)
 #pragma once
 
 #include <string>
@@ -53,6 +54,10 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
                                            const std::string& bos_token,
                                            const std::string& eos_token,
                                            const std::string& where);
+
+// Whether `type` is one of axolotl's KTO types (chatml.* and llama3.* with argilla, argilla_chat,
+// intel, prompt_pairs or ultra).
+bool is_kto_type(std::string_view type);
 
 // KTO's text row for `row` of dataset `d` (a chatml.* or llama3.* type of axolotl's KTO
 // strategies; see the Note). Errors name `where`, the field and the fix.

@@ -414,11 +414,10 @@ PairEvaluation evaluate_pairs(TrainingRun& run, const config::RunConfig& c, dist
       },
       [&] {
         // A sharded base gathers every layer on every rank: pass through the others' forwards
-        // (the model's, KTO's of the KL rows, and the reference's unless it was precomputed).
+        // (the model's, and the reference's unless it was precomputed; KTO runs on one process).
         if (!run.sharded) return;
         const bool reference = !reference_free(c.rl) && !c.precompute_ref_log_probs;
-        const int forwards = 1 + (reference ? 1 : 0) + (c.rl == "kto" ? 1 : 0);
-        for (int k = 0; k < forwards; ++k) run.scheduler->skip_eval(plan);
+        for (int k = 0; k < (reference ? 2 : 1); ++k) run.scheduler->skip_eval(plan);
       });
   const auto local = ops::read_to_host(sums, "eval: held-out pairs").contiguous();
   const std::vector<double> host(local.data_ptr<double>(), local.data_ptr<double>() + local.numel());

@@ -191,8 +191,8 @@ StepSums forward_backward(TrainingRun& run,
 struct StepOutcome {
   at::Tensor applied;    // bool scalar: the loss and every gradient were finite, the update applied
   at::Tensor logged;     // float64 [2 + metrics]: the loss as the Trainer logs it, the mean
-                         // load-balancing loss per micro-batch, then preference tuning's metrics
-                         // (preference_metric_names), means over the micro-batches
+                         // load-balancing loss per micro-batch, then preference tuning's metric
+                         // values (preference_metric_slots), means over the micro-batches
   at::Tensor grad_norm;  // float64 scalar, before clipping
   at::Tensor host;       // float64 [3]: applied, a stop request, the loss: for the host, one step late
 };

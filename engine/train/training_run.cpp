@@ -12,6 +12,7 @@
 #include "engine/data/dataset.h"
 #include "engine/data/kto_rows.h"
 #include "engine/data/model_tokenizer.h"
+#include "engine/data/preference_types.h"
 #include "engine/io/peft_adapter.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/saved_modules.h"
@@ -149,6 +150,15 @@ void check_preference_run(const config::RunConfig& c, const dist::Comm& comm) {
               "which qtrain does not do yet; run with one process (",
               comm.world_size(),
               " here)");
+  for (const auto& d : c.datasets) {
+    TORCH_CHECK(!data::is_preference_type(d.type) || data::is_kto_type(d.type),
+                "dataset ",
+                d.path.string(),
+                ": rl: kto reads axolotl's KTO types, chatml.* and llama3.* with argilla, argilla_chat, intel, "
+                "prompt_pairs or ultra; ",
+                d.type,
+                " is not one of them");
+  }
 }
 
 // TRL's advice on KTO's weights where the desirable and undesirable rows are not as many
@@ -187,6 +197,7 @@ TrainingRun set_up_training(
               "precompute_ref_log_probs: ",
               c.rl.empty() ? std::string("a supervised run") : "rl " + c.rl,
               " has no reference to precompute; remove the key, or use rl: dpo, ipo or kto");
+  if (!c.rl.empty()) check_preference_run(c, comm);
   // Memory plan (before any weight is loaded), model and adapters.
   auto options = load_options(c);
   options.device = device;
@@ -329,7 +340,6 @@ TrainingRun set_up_training(
   size_t train_rows = 0;
   if (!c.rl.empty()) {
     // Preference tuning: pairs (Note [Preference batch]), held out as samples are.
-    check_preference_run(c, comm);
     auto read = load_preference_pairs(c, lm.config().vocab_size, tokenizer.get(), out);
     const auto is_eval = data::held_out_rows(read.size(), c.val_set_size, static_cast<uint64_t>(c.seed));
     std::vector<data::PreferencePair> train_pairs;

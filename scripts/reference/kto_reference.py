@@ -27,6 +27,7 @@ os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 import trl.trainer.kto_trainer as kto_trainer
 from datasets import Dataset
+from preference_reference import pop_option, precompute_options, step_logs
 from train_reference import load_peft_model  # the same base and adapter as the supervised oracle's
 from transformers import AutoTokenizer
 from trl import KTOConfig, KTOTrainer
@@ -44,18 +45,12 @@ def as_text(row):
 
 
 def main():
-    argv = sys.argv
+    argv, evaluation = pop_option(sys.argv, "--eval", 2)
     eval_dataset, eval_args = None, {}
-    if "--eval" in argv:
-        at = argv.index("--eval")
-        eval_dataset = Dataset.from_list([as_text(json.loads(line)) for line in open(argv[at + 1]) if line.strip()])
-        eval_args = dict(eval_strategy="steps", eval_steps=int(argv[at + 2]))
-        argv = argv[:at] + argv[at + 3:]
-    precompute = {}
-    if "--precompute" in argv:
-        at = argv.index("--precompute")
-        precompute = dict(precompute_ref_log_probs=True, precompute_ref_batch_size=int(argv[at + 1]))
-        argv = argv[:at] + argv[at + 2:]
+    if evaluation is not None:
+        eval_dataset = Dataset.from_list([as_text(json.loads(line)) for line in open(evaluation[0]) if line.strip()])
+        eval_args = dict(eval_strategy="steps", eval_steps=int(evaluation[1]))
+    argv, precompute = precompute_options(argv)
     base_dir, adapter_dir, rows_path, tokenizer_dir, quant = argv[1:6]
     steps, lr, warmup, beta = int(argv[6]), float(argv[7]), int(argv[8]), float(argv[9])
     max_length, batch, accumulation = int(argv[10]), int(argv[11]), int(argv[12])
@@ -78,8 +73,7 @@ def main():
         trainer = KTOTrainer(model=model, args=args, train_dataset=dataset, eval_dataset=eval_dataset,
                              processing_class=tokenizer)
         trainer.train()
-        logs = [h for h in trainer.state.log_history
-                if ("loss" in h or "eval_loss" in h) and "train_runtime" not in h]
+        logs = step_logs(trainer)
     print(json.dumps(logs))
 
 

@@ -46,21 +46,35 @@ def tokenized_row(trainer, feature, *args, **kwargs):
     return row
 
 
+def pop_option(argv, name, count):
+    """argv without the option `name` and its `count` values, and those values (None without it)."""
+    if name not in argv:
+        return argv, None
+    at = argv.index(name)
+    return argv[:at] + argv[at + 1 + count:], argv[at + 1:at + 1 + count]
+
+
+def precompute_options(argv):
+    """argv without --precompute N, and the trainer's options for it."""
+    argv, values = pop_option(argv, "--precompute", 1)
+    return argv, {} if values is None else dict(precompute_ref_log_probs=True,
+                                                precompute_ref_batch_size=int(values[0]))
+
+
+def step_logs(trainer):
+    """The trainer's log of every step and evaluation, without the run's summary."""
+    return [h for h in trainer.state.log_history if ("loss" in h or "eval_loss" in h) and "train_runtime" not in h]
+
+
 def main():
-    argv = sys.argv
+    argv, evaluation = pop_option(sys.argv, "--eval", 2)
     eval_dataset, eval_args = None, {}
-    if "--eval" in argv:
-        at = argv.index("--eval")
-        eval_rows = [json.loads(line) for line in open(argv[at + 1]) if line.strip()]
+    if evaluation is not None:
+        eval_rows = [json.loads(line) for line in open(evaluation[0]) if line.strip()]
         eval_dataset = Dataset.from_list(eval_rows)
-        eval_args = dict(eval_strategy="steps", eval_steps=int(argv[at + 2]),
+        eval_args = dict(eval_strategy="steps", eval_steps=int(evaluation[1]),
                          per_device_eval_batch_size=len(eval_rows))
-        argv = argv[:at] + argv[at + 3:]
-    precompute = {}
-    if "--precompute" in argv:
-        at = argv.index("--precompute")
-        precompute = dict(precompute_ref_log_probs=True, precompute_ref_batch_size=int(argv[at + 1]))
-        argv = argv[:at] + argv[at + 2:]
+    argv, precompute = precompute_options(argv)
     sys.argv = argv
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
@@ -99,8 +113,7 @@ def main():
                                                     cpo_alpha=cpo_alpha, **common),
                                      data_collator=collator)
         trainer.train()
-        logs = [h for h in trainer.state.log_history
-                if ("loss" in h or "eval_loss" in h) and "train_runtime" not in h]
+        logs = step_logs(trainer)
     print(json.dumps(logs))
 
 

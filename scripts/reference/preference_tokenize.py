@@ -10,8 +10,8 @@ input row.
 
 Each row is prepared on its own (TRL decides text or conversation, and whether to extract the
 prompt, from a dataset's first row). TEMPLATE.jinja, where given, is the chat template. With --kto
-the rows are KTO's ("prompt", "completion", "label"), prepared by KTOTrainer._prepare_dataset, and
-each printed row holds prompt_ids and completion_ids.
+the rows are KTO's ("prompt", "completion", "label", or pairs, which it unpairs into two rows),
+prepared by KTOTrainer._prepare_dataset, and each printed row holds prompt_ids and completion_ids.
 """
 
 import json
@@ -50,9 +50,10 @@ def main():
     with tempfile.TemporaryDirectory() as out:
         args = config(output_dir=out, report_to=[], use_cpu=True)
         for row in rows:
-            prepared = trainer._prepare_dataset(_Trainer(tokenizer), Dataset.from_list([row]), tokenizer, args,
-                                                "train")[0]
-            print(json.dumps({k: prepared[k] for k in keys}))
+            # KTOTrainer unpairs a pair row into two rows: its chosen one, then its rejected one.
+            for prepared in trainer._prepare_dataset(_Trainer(tokenizer), Dataset.from_list([row]), tokenizer, args,
+                                                     "train"):
+                print(json.dumps({k: prepared[k] for k in keys}))
 
 
 if __name__ == "__main__":

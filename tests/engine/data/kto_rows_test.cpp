@@ -125,30 +125,48 @@ TEST_F(KtoRows, TextAndConversationsTokenizeAsTrlsKtoTrainer) {
          {"completion", {message("assistant", "1, 2, 3.")}},
          {"label", false}},
     };
+    // Pairs, each unpaired into its chosen row and its rejected row, each tokenized on its own: a
+    // given prompt whose end merges with a completion's start, an extracted prompt, a conversation.
+    const std::vector<nlohmann::ordered_json> pairs = {
+        {{"prompt", "x ="}, {"chosen", "="}, {"rejected", " 1"}},
+        {{"chosen", "Q: what is 2+2? A: 4"}, {"rejected", "Q: what is 2+2? A: 5"}},
+        {{"chosen", {message("user", "Sky?"), message("assistant", "Blue.")}},
+         {"rejected", {message("user", "Sky?"), message("assistant", "Green.")}}},
+    };
     std::string text;
     for (const auto& row : rows) text += row.dump() + "\n";
-    const auto path = write(text);
+    for (const auto& pair : pairs) text += pair.dump() + "\n";
     const auto theirs =
         test::run_command(std::string(std::getenv("QTRAIN_PYTHON")) + " " +
                           (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/preference_tokenize.py").string() +
                           " --kto " + (fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / name).string() + " " +
-                          path.string() + " " + (dir_ / "chatml.jinja").string());
+                          write(text).string() + " " + (dir_ / "chatml.jinja").string());
     ASSERT_EQ(theirs.status, 0) << theirs.out;
     const PreferenceRowTokenizer tokenize = [&](const nlohmann::ordered_json& row, const std::string& where) {
       return tokenize_preference_row(row, tokenizer, &chatml, where);
     };
-    const auto ours = read_kto_jsonl(path, tokenizer.vocab_size(), tokenize);
+    // Ours: the KTO rows from one file, each pair from a file of its own (a file is one kind).
+    text.clear();
+    for (const auto& row : rows) text += row.dump() + "\n";
+    auto ours = read_kto_jsonl(write(text), tokenizer.vocab_size(), tokenize);
     ASSERT_EQ(ours.size(), rows.size());
+    for (const auto& pair : pairs) {
+      const auto two = read_kto_jsonl(write(pair.dump() + "\n"), tokenizer.vocab_size(), tokenize);
+      ASSERT_EQ(two.size(), 2u);
+      EXPECT_TRUE(two[0].desirable && !two[1].desirable);
+      ours.insert(ours.end(), two.begin(), two.end());
+    }
     std::istringstream lines(theirs.out);
     std::string line;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      SCOPED_TRACE("row " + std::to_string(i) + ": " + rows[i].dump());
+    for (size_t i = 0; i < ours.size(); ++i) {
+      SCOPED_TRACE("row " + std::to_string(i) + " of ours");
       ASSERT_TRUE(std::getline(lines, line));
       const auto want = nlohmann::json::parse(line);
       EXPECT_EQ(ours[i].prompt, want.at("prompt_ids").get<std::vector<int64_t>>());
       EXPECT_EQ(ours[i].chosen, want.at("completion_ids").get<std::vector<int64_t>>());
-      EXPECT_EQ(ours[i].desirable, rows[i].at("label").get<bool>());
+      if (i < rows.size()) EXPECT_EQ(ours[i].desirable, rows[i].at("label").get<bool>());
     }
+    EXPECT_FALSE(std::getline(lines, line)) << "TRL made more rows: " << line;
   }
 }
 

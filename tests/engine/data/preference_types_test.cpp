@@ -66,13 +66,10 @@ TEST(PreferenceTypes, KtosChatmlAndLlama3TypesWriteKtoRows) {
             {"label", true}}));
   EXPECT_EQ(kto_row_of("chatml.argilla_chat", chat)["prompt"],
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(kto_row_of("chatml.argilla_chat", chat)["completion"], "A2<|im_end|>");
+  EXPECT_EQ(kto_row_of("chatml.argilla_chat", chat)["completion"], "A<|im_end|>");  // axolotl's [1]
   test::expect_error([&] { kto_row_of("chatml.icr", ultra); }, "k.jsonl:1: rl: kto reads axolotl's KTO types");
-  test::expect_error(
-      [&] {
-        kto_row_of("chatml.ultra", {{"prompt", "Q"}, {"completion", "A"}});
-      },
-      "k.jsonl:1: a KTO row needs \"label\"");
+  EXPECT_FALSE(kto_row_of("chatml.ultra", {{"prompt", "Q"}, {"completion", "A"}}).contains("label"))
+      << "reading the row names a missing label";
   test::expect_error([&] { row_of("llama3.argilla", ultra); }, "llama3.argilla is one of axolotl's KTO types");
 }
 
