@@ -9,7 +9,9 @@
 // precomputed reference holds the two rows' log-likelihoods. As KTOTrainer._prepare_dataset:
 // - A file of pairs ("chosen" and "rejected", or their ids) is unpaired, in blocks of 1000 rows
 //   (datasets' map batch): the block's chosen completions labelled desirable, then its rejected
-//   ones labelled undesirable, each with the pair's prompt.
+//   ones labelled undesirable, each with the pair's prompt (extracted as TRL's extract_prompt
+//   where the pair has none) and then tokenized on its own, so a token that merges across the
+//   prompt's end moves only its own row's split, not the other's as DPO's shared split would.
 // - Text and conversations are tokenized as TRL's trainers tokenize a prompt and a completion
 //   (Note [Preference rows]: the EOS text appended to plain text, the completion starting where
 //   the tokenized prompt and prompt + completion differ); a row whose prompt fills sequence_len is
