@@ -131,6 +131,39 @@ TEST_F(Commands, EvalRejectsABadConfigWithAMessage) {
       << r.out;
 }
 
+// qtrain preprocess with rl writes the pairs as TRL's tokenized rows, which read back as the same
+// data: DPO's pairs as they are, KTO's unpaired (the chosen rows, then the rejected ones) with
+// their labels.
+TEST_F(Commands, PreprocessWritesAPreferenceRunsTokenizedRows) {
+  std::ofstream(dir_ / "pairs.jsonl") << "{\"prompt_ids\": [1, 2], \"chosen_ids\": [3], \"rejected_ids\": [4, 5]}\n"
+                                      << "{\"prompt_ids\": [6], \"chosen_ids\": [7], \"rejected_ids\": [8]}\n";
+  for (const std::string rl : {"dpo", "kto"}) {
+    SCOPED_TRACE(rl);
+    const auto yaml = dir_ / (rl + ".yaml");
+    std::ofstream(yaml) << "base_model: " << (test::model_fixture("llama") / "base").string()
+                        << "\nlora_target_linear: true\nrl: " << rl
+                        << "\nmicro_batch_size: 2\nsequence_len: 32\ndatasets:\n  - path: "
+                        << (dir_ / "pairs.jsonl").string() << "\n";
+    const auto out = dir_ / (rl + ".preprocessed.jsonl");
+    const auto r = run(qtrain() + " preprocess " + yaml.string() + " --out " + out.string(), true);
+    ASSERT_EQ(r.status, 0) << r.out;
+    std::vector<nlohmann::json> rows;
+    std::ifstream in(out);
+    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+    const std::vector<nlohmann::json> expected =
+        rl == "dpo"
+            ? std::vector<nlohmann::json>{{{"prompt_ids", {1, 2}}, {"chosen_ids", {3}}, {"rejected_ids", {4, 5}}},
+                                          {{"prompt_ids", {6}}, {"chosen_ids", {7}}, {"rejected_ids", {8}}}}
+            : std::vector<nlohmann::json>{{{"prompt_ids", {1, 2}}, {"completion_ids", {3}}, {"label", true}},
+                                          {{"prompt_ids", {6}}, {"completion_ids", {7}}, {"label", true}},
+                                          {{"prompt_ids", {1, 2}}, {"completion_ids", {4, 5}}, {"label", false}},
+                                          {{"prompt_ids", {6}}, {"completion_ids", {8}}, {"label", false}}};
+    EXPECT_EQ(rows, expected);
+    EXPECT_NE(r.out.find(rl == "dpo" ? "2 preference pairs written" : "4 KTO rows written"), std::string::npos)
+        << r.out;
+  }
+}
+
 // An adapter trained on a base of hidden size 32, evaluated on the fixture's hidden-64 base: a
 // clean error naming the adapter file, the tensor, both shapes and the fix, not a shape error in
 // a matmul (or, as before, a loss computed with the wrong adapter).
