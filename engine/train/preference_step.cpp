@@ -108,18 +108,20 @@ namespace {
 // The reference's log-likelihoods of a batch's rows (Note [Preference batch]): the base with the
 // adapters off (Note [Adapters off]), or with the weights the run started from (Note [Reference
 // adapter]), under no gradient.
-at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
+// The model's log-likelihoods of a batch's rows as its weights stand, under no gradient.
+at::Tensor no_grad_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
+  at::NoGradGuard no_grad;
   auto& scheduler = *run.scheduler;
-  const auto forward = [&] {
-    at::NoGradGuard no_grad;
-    return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
-  };
+  return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+}
+
+at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
   if (run.reference) {
     const ReferenceWeightsOn starting(*run.reference);
-    return forward();
+    return no_grad_log_probs(run, ids, labels);
   }
   const lora::AdaptersOff off;
-  return forward();
+  return no_grad_log_probs(run, ids, labels);
 }
 
 // Rank r's micro-batches of `pairs`, batch_size pairs at a time: batches r, r + world_size, ...;
@@ -196,13 +198,7 @@ PairBatch kto_batch(TrainingRun& run,
   const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
   const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
   const auto ref = rows.front().reference ? precomputed(rows, device) : reference_log_probs(run, ids, labels);
-  at::Tensor kl_logps;
-  {
-    at::NoGradGuard no_grad;
-    auto& scheduler = *run.scheduler;
-    kl_logps = lm.sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids.narrow(0, n, n)),
-                                     labels.narrow(0, n, n));
-  }
+  const auto kl_logps = no_grad_log_probs(run, ids.narrow(0, n, n), labels.narrow(0, n, n));
   PairBatch out;
   const auto row_labels = labels.narrow(0, 0, n);
   const auto h = model_hidden(run, plan, ids.narrow(0, 0, n), row_labels, c, out.aux);
