@@ -37,6 +37,18 @@ const std::vector<std::string> kChatDatasetKeys = {"field_messages",
 
 const std::vector<std::string> kPreferenceDatasetKeys = {"field_chosen", "field_rejected"};
 
+// The keys of a `type:` map (type user_defined.default; config::UserDefinedType).
+const std::vector<std::string> kUserDefinedTypeKeys = {"field_prompt",
+                                                       "field_system",
+                                                       "field_chosen",
+                                                       "field_rejected",
+                                                       "field_completion",
+                                                       "field_label",
+                                                       "prompt_format",
+                                                       "chosen_format",
+                                                       "rejected_format",
+                                                       "completion_format"};
+
 const std::vector<std::string> kPreferenceDatasetTypes = {"chat_template.argilla_chat",
                                                           "chat_template.default",
                                                           "chatml.argilla",
@@ -51,7 +63,8 @@ const std::vector<std::string> kPreferenceDatasetTypes = {"chat_template.argilla
                                                           "llama3.icr",
                                                           "llama3.intel",
                                                           "llama3.prompt_pairs",
-                                                          "llama3.ultra"};
+                                                          "llama3.ultra",
+                                                          "user_defined.default"};
 
 const std::vector<std::string> kDatasetKeys = [] {
   std::vector<std::string> keys = {"path", "type", "ds_type", "split", "field"};
@@ -92,6 +105,13 @@ const std::vector<RefusedKey> kRefused = {
     {"push_to_hub", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
     {"push_dataset_to_hub", "qtrain does not upload; remove the key"},
     {"dpo_beta", "axolotl's older name of rl_beta; write rl_beta"},
+    {"dpo_use_weighting", "WPO's weighting of pairs is not implemented; remove the key"},
+    {"dpo_norm_loss",
+     "it length-normalised DPO through a TRL internal that TRL 1.16 no longer has; write dpo_loss_type: "
+     "[sigmoid_norm] (TRL 1.16's DPO on per-token log-ratios)"},
+    {"rpo_alpha",
+     "TRL 1.16 has RPO as a sum of losses; write dpo_loss_type: [sigmoid, sft] with dpo_loss_weights: [1, "
+     "<rpo_alpha>]"},
     {"local_rank", "ranks come from the launcher, not from the config; remove the key"},
     {"debug", "remove the key"},
     {"strict", "remove the key"},
@@ -152,6 +172,10 @@ const std::vector<IgnoredKey> kIgnored = {
     {"eval_max_new_tokens", "the length of eval_table_size's generations, which qtrain does not make"},
     {"remove_unused_columns",
      "the HF Trainer's filter of dataset columns; qtrain reads only the fields a row type names"},
+    {"dpo_padding_free", "TRL 1.16 ignores it too (it pads, with a warning); pairs are not packed"},
+    {"dpo_use_logits_to_keep", "qtrain computes the completions' log-probabilities in chunks already"},
+    {"dpo_use_liger_kernel", "Liger's DPO loss speeds up the Python stack; qtrain has its own kernels"},
+    {"dpo_generate_during_eval", "it logs sample generations to Weights & Biases; qtrain does not report there"},
     {"ddp_find_unused_parameters", "a DDP setting; qtrain's LoRA parameters all take part in every step"},
     {"trust_remote_code", "qtrain runs no code from the model folder; its architectures are built in"},
     // The class or tokenizer axolotl loads with: qtrain builds the model config.json names and reads
@@ -185,6 +209,10 @@ const std::vector<std::string>& dataset_keys() {
 
 const std::vector<std::string>& preference_dataset_keys() {
   return kPreferenceDatasetKeys;
+}
+
+const std::vector<std::string>& user_defined_type_keys() {
+  return kUserDefinedTypeKeys;
 }
 
 const std::vector<std::string>& preference_dataset_types() {

@@ -25,6 +25,8 @@ const std::vector<std::string>& dataset_keys();
 const std::vector<std::string>& chat_dataset_keys();
 // The keys that apply only to the chat_template.* preference types (field_chosen, field_rejected).
 const std::vector<std::string>& preference_dataset_keys();
+// The keys of a dataset's `type:` written as a map (type user_defined.default).
+const std::vector<std::string>& user_defined_type_keys();
 // axolotl's preference dataset types qtrain reads (engine/data/preference_types.h), sorted.
 const std::vector<std::string>& preference_dataset_types();
 

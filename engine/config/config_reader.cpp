@@ -62,6 +62,26 @@ double Reader::number_of(const Entry& e, Range range, const std::string& fix) co
   return *v;
 }
 
+std::vector<double> Reader::numbers(const std::string& key, Range range, const std::string& fix) {
+  const Entry* e = find(key);
+  if (e == nullptr) return {};
+  return guarded(key, std::vector<double>{}, [&] {
+    std::vector<double> out;
+    const auto read = [&](const YAML::Node& item) {
+      const std::optional<double> v = item.IsScalar() ? parse_double(item.Scalar()) : std::nullopt;
+      if (!v) e->fail_value("expected a list of numbers, got an item " + shown(item) + "; " + fix);
+      if (!range.contains(*v)) e->fail_value(range.problem(item.Scalar()) + "; " + fix);
+      out.push_back(*v);
+    };
+    if (e->value.IsSequence()) {
+      for (const YAML::Node& item : e->value) read(item);
+    } else {
+      read(e->value);
+    }
+    return out;
+  });
+}
+
 std::string Reader::choice(const std::string& key,
                            const std::string& fallback,
                            const std::vector<std::string>& allowed,

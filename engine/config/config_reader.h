@@ -47,6 +47,8 @@ class Reader {
   int64_t integer(const std::string& key, int64_t fallback, Range range, const std::string& fix);
   double number(const std::string& key, double fallback, Range range, const std::string& fix);
   double number_of(const Entry& e, Range range, const std::string& fix) const;
+  // A list of numbers, each in `range` (one number reads as a list of one); absent: empty.
+  std::vector<double> numbers(const std::string& key, Range range, const std::string& fix);
 
   // One of `allowed`; `aliases` maps other accepted spellings to their value in `allowed`.
   std::string choice(const std::string& key,
@@ -92,6 +94,8 @@ class Reader {
   }
 
   DatasetConfig dataset(const Entry& list, size_t index) const;
+  // A dataset's `type:` written as a map (type user_defined.default).
+  UserDefinedType user_defined_type(const Entry& type) const;
   // See Note [Dataset files].
   void check_local_file(const Entry& e, const std::filesystem::path& resolved) const;
   static std::string conversion_hint(const std::filesystem::path& path, const std::string& format);

@@ -159,6 +159,41 @@ std::string Reader::conversion_hint(const fs::path& path, const std::string& for
          out.string() + "', orient='records', lines=True, force_ascii=False)\"` and set path: " + out.string();
 }
 
+UserDefinedType Reader::user_defined_type(const Entry& type) const {
+  UserDefinedType u;
+  const std::map<std::string, std::string*> keys = {{"field_prompt", &u.field_prompt},
+                                                    {"field_system", &u.field_system},
+                                                    {"field_chosen", &u.field_chosen},
+                                                    {"field_rejected", &u.field_rejected},
+                                                    {"field_completion", &u.field_completion},
+                                                    {"field_label", &u.field_label},
+                                                    {"prompt_format", &u.prompt_format},
+                                                    {"chosen_format", &u.chosen_format},
+                                                    {"rejected_format", &u.rejected_format},
+                                                    {"completion_format", &u.completion_format}};
+  for (const Entry& field : map_entries(type.value, type.origin, type.key + ".")) {
+    const std::string name = field.key.substr(type.key.size() + 1);
+    const auto it = keys.find(name);
+    if (it == keys.end()) {
+      const auto suggestion = nearest(name, user_defined_type_keys());
+      fail(field.key_place(),
+           field.key,
+           "not a key of axolotl's user-defined preference type (" + join(user_defined_type_keys(), ", ") + ")" +
+               (suggestion ? "; did you mean '" + *suggestion + "'?" : ""));
+    }
+    if (field.value.IsNull()) continue;  // None: the default, as axolotl's .get gives it
+    if (!field.value.IsScalar() || (name.starts_with("field_") && field.value.Scalar().empty())) {
+      field.fail_value(name.starts_with("field_")
+                           ? "expected the row key that holds the text, got " + shown(field.value) + "; write e.g. " +
+                                 name + ": " + name.substr(6)
+                           : "expected a format string, got " + shown(field.value) + "; write e.g. " + name + ": \"{" +
+                                 name.substr(0, name.size() - 7) + "}\"");
+    }
+    *it->second = field.value.Scalar();
+  }
+  return u;
+}
+
 DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
   const YAML::Node item = list.value[index];
   const std::string prefix = list.key + "[" + std::to_string(index) + "]";
@@ -206,7 +241,10 @@ DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
     const std::string problem = parse_split(d.split).problem;
     if (!problem.empty()) split->fail_value(problem);
   }
-  if (const Entry* type = value_of("type")) {
+  if (const Entry* type = value_of("type"); type && type->value.IsMap()) {
+    d.type = "user_defined.default";
+    d.user_defined = user_defined_type(*type);
+  } else if (type) {
     std::vector<std::string> types = {"completion", "alpaca", "input_output", "chat_template", "pretokenized"};
     types.insert(types.end(), preference_dataset_types().begin(), preference_dataset_types().end());
     d.type = choice_of(*type,
@@ -214,8 +252,14 @@ DatasetConfig Reader::dataset(const Entry& list, size_t index) const {
                        "use completion (a text field), alpaca (instruction/input/output), input_output "
                        "(segments), chat_template (messages) or pretokenized (input_ids), or leave type out for "
                        "rows that carry input_ids; with rl, one of axolotl's preference types (chatml.intel, "
-                       "llama3.default, chat_template.default, ...) or none for TRL's prompt/chosen/rejected rows",
+                       "llama3.default, chat_template.default, ...), a map of a user-defined type's keys, or none for "
+                       "TRL's prompt/chosen/rejected rows",
                        {});
+    if (d.type == "user_defined.default") {
+      type->fail_value(
+          "axolotl's user-defined type is written as a map of its keys, e.g. type: {field_prompt: instruction, "
+          "prompt_format: \"[INST] {prompt} [/INST]\"} (an empty map {} for TRL's field names)");
+    }
   }
   if (const Entry* field = value_of("field")) {
     if (d.type != "completion") {

@@ -177,6 +177,16 @@ RunConfig load_run_config(const std::filesystem::path& file, const std::vector<s
   return parse_run_config(text.str(), file.string(), fs::absolute(file).parent_path(), overrides);
 }
 
+std::vector<std::pair<std::string, double>> dpo_losses(const RunConfig& c) {
+  const std::vector<std::string> types =
+      c.dpo_loss_type.empty() ? std::vector<std::string>{c.rl == "ipo" ? "ipo" : "sigmoid"} : c.dpo_loss_type;
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < types.size(); ++i) {
+    out.emplace_back(types[i], i < c.dpo_loss_weights.size() ? c.dpo_loss_weights[i] : 1.0);
+  }
+  return out;
+}
+
 std::string ignored_keys_note(const RunConfig& c) {
   if (c.ignored_keys.empty()) return "";
   return "accepted and ignored (they do not change what is trained): " + join(c.ignored_keys, ", ");

@@ -21,6 +21,25 @@
 
 namespace qtrain::engine::config {
 
+// axolotl's `type:` written as a map (type user_defined.default; its prompt_strategies/dpo and
+// kto user_defined.py): the row keys that hold the prompt, the system text, the completions and
+// KTO's label, and Python format strings of the texts ("": the field's text as it is). See
+// Note [User-defined type] in engine/data/user_defined_type.h.
+struct UserDefinedType {
+  std::string field_prompt = "prompt";
+  std::string field_system = "system";
+  std::string field_chosen = "chosen";
+  std::string field_rejected = "rejected";
+  std::string field_completion = "completion";
+  std::string field_label = "label";
+  std::string prompt_format;
+  std::string chosen_format;
+  std::string rejected_format;
+  std::string completion_format;
+
+  bool operator==(const UserDefinedType&) const = default;
+};
+
 // One entry of `datasets`.
 struct DatasetConfig {
   // A local dataset file (not a Hugging Face Hub id). Resolved against the config's directory.
@@ -53,6 +72,8 @@ struct DatasetConfig {
   // The chat_template.* preference types: the row keys of the chosen and rejected completions.
   std::string field_chosen = "chosen";
   std::string field_rejected = "rejected";
+  // type user_defined.default: the keys of its map.
+  UserDefinedType user_defined;
   // Drop a leading system turn (after the row's "system" key is prepended).
   bool drop_system_message = false;
   // roles: source role -> template role, on top of the built-in human -> user, gpt -> assistant.
@@ -252,6 +273,12 @@ struct RunConfig {
   double cpo_alpha = 1.0;
   double kto_desirable_weight = 1.0;
   double kto_undesirable_weight = 1.0;
+  // rl: dpo's losses, TRL's loss_type and loss_weights (empty: sigmoid, weight 1 each; see
+  // dpo_losses), label_smoothing and discopop_tau.
+  std::vector<std::string> dpo_loss_type;
+  std::vector<double> dpo_loss_weights;
+  double dpo_label_smoothing = 0.0;
+  double discopop_tau = 0.05;
   // DPO's, IPO's and KTO's reference computed once before training, this many pairs (KTO: rows) at a
   // time (0: micro_batch_size).
   bool precompute_ref_log_probs = false;
@@ -353,6 +380,10 @@ RunConfig parse_run_config(const std::string& yaml_text,
                            const std::string& source_name,
                            const std::filesystem::path& base_dir,
                            const std::vector<std::string>& overrides = {});
+
+// rl: dpo's and ipo's losses by TRL's names with their weights: dpo_loss_type and
+// dpo_loss_weights, or what rl names (sigmoid, or ipo) with weight 1.
+std::vector<std::pair<std::string, double>> dpo_losses(const RunConfig& config);
 
 // One line naming config.ignored_keys, or "" when there are none.
 std::string ignored_keys_note(const RunConfig& config);

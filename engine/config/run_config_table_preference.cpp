@@ -1,14 +1,39 @@
 // The run config table's keys of preference tuning (Note [Run config table] in
 // run_config_table.h).
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine/config/config_entries.h"
 #include "engine/config/config_reader.h"
+#include "engine/config/key_suggestion.h"
+#include "engine/config/run_config.h"
 #include "engine/config/run_config_table.h"
+#include "engine/config/yaml_place.h"
 #include "engine/config/yaml_scalar.h"
 
 namespace qtrain::engine::config {
+
+namespace {
+
+// TRL 1.16's DPO losses (DPOTrainer's loss_type; engine/train/preference_loss.h computes them).
+const std::vector<std::string> kDpoLossTypes = {"sigmoid",
+                                                "hinge",
+                                                "ipo",
+                                                "sigmoid_norm",
+                                                "robust",
+                                                "exo_pair",
+                                                "nca_pair",
+                                                "bco_pair",
+                                                "sppo_hard",
+                                                "apo_zero",
+                                                "apo_down",
+                                                "discopop",
+                                                "aot",
+                                                "aot_unpaired",
+                                                "sft"};
+
+}  // namespace
 
 std::vector<RunConfigKey> preference_keys() {
   const std::string section = "Preference tuning";
@@ -18,7 +43,7 @@ std::vector<RunConfigKey> preference_keys() {
        R"md(`dpo` \| `ipo` \| `orpo` \| `simpo` \| `kto`)md",
        R"md(none)md",
        "axolotl",
-       R"md(Preference tuning instead of supervised fine-tuning, on pairs of a prompt with a chosen and a rejected completion, as TRL 1.16 computes each objective: `dpo` DPO's sigmoid loss and `ipo` IPO's (DPOTrainer), against a reference that is the model the run starts from: the base itself, the same quantized layers with the adapter switched off (no second model), or with `lora_model_dir` the base with that adapter, as TRL's `ref` copy; `orpo` ORPO's odds-ratio loss with the chosen rows' NLL (ORPOTrainer) and `simpo` SimPO's (CPOTrainer with `loss_type: simpo`), which need no reference; `kto` KTO's loss (KTOTrainer) on unpaired rows, each a prompt with one completion labelled desirable or not, against the same reference and a KL estimate from each micro-batch's mismatched prompts and completions. The data: TRL's rows, `prompt`, `chosen` and `rejected` (for `kto`: `prompt`, `completion` and a boolean `label`, or pairs, which it unpairs as TRL does) as text or conversations (rendered with `chat_template`) or pre-tokenized (`prompt_ids`, `chosen_ids`, `rejected_ids`; `prompt_ids`, `completion_ids`, `label`), tokenized as TRL's trainers do, each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning.)md",
+       R"md(Preference tuning instead of supervised fine-tuning, on pairs of a prompt with a chosen and a rejected completion, as TRL 1.16 computes each objective: `dpo` DPO's sigmoid loss, or the losses `dpo_loss_type` lists, and `ipo` IPO's (DPOTrainer), against a reference that is the model the run starts from: the base itself, the same quantized layers with the adapter switched off (no second model), or with `lora_model_dir` the base with that adapter, as TRL's `ref` copy; `orpo` ORPO's odds-ratio loss with the chosen rows' NLL (ORPOTrainer) and `simpo` SimPO's (CPOTrainer with `loss_type: simpo`), which need no reference; `kto` KTO's loss (KTOTrainer) on unpaired rows, each a prompt with one completion labelled desirable or not, against the same reference and a KL estimate from each micro-batch's mismatched prompts and completions. The data: TRL's rows, `prompt`, `chosen` and `rejected` (for `kto`: `prompt`, `completion` and a boolean `label`, or pairs, which it unpairs as TRL does) as text or conversations (rendered with `chat_template`) or pre-tokenized (`prompt_ids`, `chosen_ids`, `rejected_ids`; `prompt_ids`, `completion_ids`, `label`), tokenized as TRL's trainers do, each row truncated to `sequence_len` keeping its start. See PREFERENCE.md. Absent or null: supervised fine-tuning.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.rl = r.choice(key, c.rl, {"dpo", "ipo", "orpo", "simpo", "kto"}, "use dpo, ipo, orpo, simpo or kto");
        },
@@ -33,6 +58,131 @@ std::vector<RunConfigKey> preference_keys() {
          c.rl_beta = r.number(key, c.rl_beta, above(0), "use a positive beta, e.g. 0.1 (TRL's default)");
        },
        [](const RunConfig& c) -> std::string { return format_double(c.rl_beta); }},
+      {"dpo_loss_type",
+       section,
+       R"md(list of DPO losses)md",
+       R"md(`[sigmoid]`)md",
+       "axolotl",
+       R"md(`rl: dpo`'s losses by TRL 1.16's names (DPOTrainer's `loss_type`), summed with `dpo_loss_weights`: `sigmoid` (DPO), `hinge`, `ipo`, `sigmoid_norm` (DPO on per-token log-ratios), `robust`, `exo_pair`, `nca_pair`, `bco_pair`, `sppo_hard`, `apo_zero`, `apo_down`, `discopop`, `aot`, `aot_unpaired`, and `sft` (the chosen completions' NLL; `[sigmoid, sft]` with weights `[1, alpha]` is RPO, `[sigmoid, bco_pair, sft]` MPO). The formulas are in PREFERENCE.md. `rl: ipo` is `rl: dpo` with `dpo_loss_type: [ipo]`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.dpo_loss_type = r.strings(key, "[sigmoid, sft]");
+         r.guard({key}, [&] {
+           for (const auto& name : c.dpo_loss_type) {
+             if (std::find(kDpoLossTypes.begin(), kDpoLossTypes.end(), name) == kDpoLossTypes.end()) {
+               const auto suggestion = nearest(name, kDpoLossTypes);
+               fail(r.place_of(key),
+                    key,
+                    "'" + name + "' is not one of TRL's DPO losses (" + join(kDpoLossTypes, ", ") + ")" +
+                        (suggestion ? "; did you mean '" + *suggestion + "'?" : "; use one of them"));
+             }
+           }
+         });
+         r.guard({key, "rl"}, [&] {
+           if (!c.dpo_loss_type.empty() && c.rl != "dpo") {
+             fail(r.place_of(key),
+                  key,
+                  "chooses rl: dpo's losses, and rl is " + (c.rl.empty() ? std::string("not set") : c.rl) +
+                      (c.rl == "ipo"
+                           ? "; write rl: dpo (rl: ipo is rl: dpo with dpo_loss_type: [ipo]: list ipo to keep it)"
+                           : "; set rl: dpo or remove the key"));
+           }
+         });
+       },
+       [](const RunConfig& c) { return yaml_list(c.dpo_loss_type); }},
+      {"dpo_loss_weights",
+       section,
+       R"md(list of numbers >= 0)md",
+       R"md(`1` each)md",
+       "axolotl",
+       R"md(The weight of each of `dpo_loss_type`'s losses, in its order (DPOTrainer's `loss_weights`): the loss is the sum of weight times the loss's mean over the micro-batch's pairs.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.dpo_loss_weights =
+             r.numbers(key, at_least(0), "write one weight of 0 or more per dpo_loss_type, e.g. [1, 0.2]");
+         r.guard({key, "rl"}, [&] {
+           if (!c.dpo_loss_weights.empty() && c.rl != "dpo") {
+             fail(r.place_of(key),
+                  key,
+                  "weighs rl: dpo's losses, and rl is " + (c.rl.empty() ? std::string("not set") : c.rl) +
+                      "; set rl: dpo (with dpo_loss_type), or remove the key");
+           }
+         });
+         r.guard({key, "dpo_loss_type"}, [&] {
+           const size_t losses = std::max<size_t>(1, c.dpo_loss_type.size());
+           if (!c.dpo_loss_weights.empty() && c.dpo_loss_weights.size() != losses) {
+             fail(r.place_of(key),
+                  key,
+                  std::to_string(c.dpo_loss_weights.size()) + " weights for " + std::to_string(losses) +
+                      " losses (dpo_loss_type); give one weight per loss, in its order");
+           }
+         });
+       },
+       [](const RunConfig& c) { return yaml_numbers(c.dpo_loss_weights); }},
+      {"dpo_label_smoothing",
+       section,
+       R"md(number in [0, 1))md",
+       R"md(`0`)md",
+       "axolotl",
+       R"md(TRL's `label_smoothing`, which TRL 1.16 reads only in the `robust` loss (the probability that a pair's preference is flipped, in [0, 0.5); the Robust DPO paper uses 0.1), `exo_pair` (its epsilon, above 0; the EXO paper uses 1e-3), `aot` and `aot_unpaired`. With none of them among `dpo_loss_type` a value above 0 is refused, since it would change nothing (older TRL smoothed the `sigmoid` loss; TRL 1.16 does not).)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.dpo_label_smoothing =
+             r.number(key, c.dpo_label_smoothing, unit_interval_open(), "use a probability below 1, e.g. 0.1");
+         const auto losses = [&] {
+           std::vector<std::string> names;
+           for (const auto& [name, weight] : dpo_losses(c)) names.push_back(name);
+           return names;
+         }();
+         const auto uses = [&](const std::string& name) {
+           return std::find(losses.begin(), losses.end(), name) != losses.end();
+         };
+         r.guard({key, "rl"}, [&] {
+           if (c.dpo_label_smoothing > 0 && c.rl != "dpo") {
+             fail(r.place_of(key),
+                  key,
+                  "is rl: dpo's (DPOTrainer's label_smoothing), and rl is " +
+                      (c.rl.empty() ? std::string("not set") : c.rl) + "; remove the key");
+           }
+         });
+         r.guard({key, "dpo_loss_type", "rl"}, [&] {
+           if (c.dpo_label_smoothing > 0 && c.rl == "dpo" && !uses("robust") && !uses("exo_pair") && !uses("aot") &&
+               !uses("aot_unpaired")) {
+             fail(r.place_of(key),
+                  key,
+                  format_double(c.dpo_label_smoothing) +
+                      " changes nothing: TRL 1.16 reads it only in the robust, "
+                      "exo_pair, aot and aot_unpaired losses, and dpo_loss_type is [" +
+                      join(losses, ", ") +
+                      "]; remove the key, or list one of those losses (older TRL's smoothed sigmoid loss, cDPO, is "
+                      "not among TRL 1.16's)");
+           }
+         });
+         r.guard({key, "dpo_loss_type"}, [&] {
+           if (uses("robust") && c.dpo_label_smoothing >= 0.5) {
+             fail(r.place_of(key), key, "robust's flip probability must be below 0.5; use e.g. 0.1");
+           }
+           if (uses("exo_pair") && c.dpo_label_smoothing == 0) {
+             fail(r.place_of(key),
+                  key,
+                  "exo_pair needs an epsilon above 0 (TRL refuses 0); use e.g. 0.001 (the EXO paper's)");
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.dpo_label_smoothing); }},
+      {"discopop_tau",
+       section,
+       R"md(number > 0)md",
+       R"md(`0.05`)md",
+       "TRL",
+       R"md(The temperature of the `discopop` loss (DPOTrainer's `discopop_tau`; the DiscoPOP paper's 0.05). Another value is refused without `discopop` among `dpo_loss_type`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.discopop_tau = r.number(key, c.discopop_tau, above(0), "use a positive temperature, e.g. 0.05");
+         r.guard({key, "dpo_loss_type"}, [&] {
+           if (c.discopop_tau != RunConfig{}.discopop_tau &&
+               std::find(c.dpo_loss_type.begin(), c.dpo_loss_type.end(), "discopop") == c.dpo_loss_type.end()) {
+             fail(r.place_of(key), key, "is discopop's, which dpo_loss_type does not list; remove the key");
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.discopop_tau); }},
       {"orpo_alpha",
        section,
        R"md(number > 0)md",

@@ -14,7 +14,18 @@ std::string datasets_yaml(const std::vector<DatasetConfig>& datasets) {
   std::ostringstream out;
   for (const DatasetConfig& d : datasets) {
     out << "  - path: " << yaml_quoted(d.path.string()) << "\n";
-    if (!d.type.empty()) {
+    if (d.type == "user_defined.default") {
+      // axolotl's form of this type: `type:` as a map.
+      const UserDefinedType& u = d.user_defined;
+      out << "    type: {field_prompt: " << yaml_quoted(u.field_prompt)
+          << ", field_system: " << yaml_quoted(u.field_system) << ", field_chosen: " << yaml_quoted(u.field_chosen)
+          << ", field_rejected: " << yaml_quoted(u.field_rejected)
+          << ", field_completion: " << yaml_quoted(u.field_completion)
+          << ", field_label: " << yaml_quoted(u.field_label) << ", prompt_format: " << yaml_quoted(u.prompt_format)
+          << ", chosen_format: " << yaml_quoted(u.chosen_format)
+          << ", rejected_format: " << yaml_quoted(u.rejected_format)
+          << ", completion_format: " << yaml_quoted(u.completion_format) << "}\n";
+    } else if (!d.type.empty()) {
       out << "    type: " << d.type << "\n";
     }
     if (!d.split.empty()) out << "    split: " << yaml_quoted(d.split) << "\n";

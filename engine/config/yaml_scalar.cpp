@@ -130,4 +130,10 @@ std::string yaml_list(const std::vector<std::string>& items) {
   return out + "]";
 }
 
+std::string yaml_numbers(const std::vector<double>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : ", ") + format_double(items[i]);
+  return out + "]";
+}
+
 }  // namespace qtrain::engine::config

@@ -32,6 +32,8 @@ std::string format_double(double v);
 std::string yaml_quoted(const std::string& s);
 std::string yaml_bool(bool v);
 std::string yaml_list(const std::vector<std::string>& items);
+// A flow list of numbers, each as format_double writes it.
+std::string yaml_numbers(const std::vector<double>& items);
 
 // A value that asks for nothing: see Note [Recognised axolotl keys].
 bool is_off(const YAML::Node& v);

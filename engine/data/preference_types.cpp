@@ -8,6 +8,7 @@
 
 #include "engine/config/config_keys.h"
 #include "engine/data/preference_rows.h"
+#include "engine/data/user_defined_type.h"
 
 namespace qtrain::engine::data {
 namespace {
@@ -221,6 +222,7 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
                                            const std::string& eos_token,
                                            const std::string& where) {
   TORCH_CHECK(is_preference_type(d.type), "preference_type_row: '", d.type, "' is not a preference type");
+  if (d.type == "user_defined.default") return user_defined_row(d.user_defined, row, /*kto=*/false, where);
   const auto dot = d.type.find('.');
   const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
   if (family == "chat_template") return chat_template_row(d, variant, row, chat_template, bos_token, eos_token, where);
@@ -232,6 +234,7 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
 }
 
 bool is_kto_type(std::string_view type) {
+  if (type == "user_defined.default") return true;
   const auto dot = type.find('.');
   if (dot == std::string_view::npos) return false;
   const auto family = type.substr(0, dot), variant = type.substr(dot + 1);
@@ -246,9 +249,10 @@ nlohmann::ordered_json kto_type_row(const config::DatasetConfig& d,
   TORCH_CHECK(is_kto_type(d.type),
               where,
               ": rl: kto reads axolotl's KTO types, chatml.* and llama3.* with argilla, argilla_chat, intel, "
-              "prompt_pairs or ultra; ",
+              "prompt_pairs or ultra, and the user-defined type; ",
               d.type,
               " is not one of them");
+  if (d.type == "user_defined.default") return user_defined_row(d.user_defined, row, /*kto=*/true, where);
   const auto dot = d.type.find('.');
   const std::string family = d.type.substr(0, dot), variant = d.type.substr(dot + 1);
   const Markup& m = family == "chatml" ? kChatml : kLlama3;

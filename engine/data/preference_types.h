@@ -28,7 +28,7 @@
 // conversation in "completion": chatml's prompt is the user turn of its first message and its
 // completion the second message; llama3's prompt is every message before the last in its role,
 // and its completion the last. The label passes through. (llama3.argilla is a KTO type only; icr and default are
-// DPO's.)
+// DPO's.) The user-defined type (`type:` as a map) is both: Note [User-defined type].
 #pragma once
 
 #include <string>
@@ -56,7 +56,7 @@ nlohmann::ordered_json preference_type_row(const config::DatasetConfig& d,
                                            const std::string& where);
 
 // Whether `type` is one of axolotl's KTO types (chatml.* and llama3.* with argilla, argilla_chat,
-// intel, prompt_pairs or ultra).
+// intel, prompt_pairs or ultra, and user_defined.default).
 bool is_kto_type(std::string_view type);
 
 // KTO's text row for `row` of dataset `d` (a chatml.* or llama3.* type of axolotl's KTO

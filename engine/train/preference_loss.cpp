@@ -4,44 +4,35 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
 
 #include "ops/host_read.h"
 
 namespace qtrain::engine::train {
 
-PreferenceLoss dpo_loss(const PairLogps& p, const DpoOptions& o) {
-  const auto chosen_logratios = p.chosen - p.ref_chosen;
-  const auto rejected_logratios = p.rejected - p.ref_rejected;
-  const auto delta = chosen_logratios - rejected_logratios;
-  at::Tensor loss;
-  for (const auto& [type, weight] : o.losses) {
-    at::Tensor per_pair;
-    switch (type) {
-      case DpoLoss::sigmoid:
-        per_pair = -at::log_sigmoid(o.beta * delta);
-        break;
-      case DpoLoss::hinge:
-        per_pair = at::relu(1 - o.beta * delta);
-        break;
-      case DpoLoss::ipo: {
-        const auto ipo_delta =
-            chosen_logratios / p.chosen_tokens.clamp_min(1.0) - rejected_logratios / p.rejected_tokens.clamp_min(1.0);
-        per_pair = (ipo_delta - 1 / (2 * o.beta)).pow(2);
-        break;
-      }
-    }
-    const auto term = per_pair.mean() * weight;
-    loss = loss.defined() ? loss + term : term;
-  }
-  const auto chosen_rewards = o.beta * chosen_logratios.detach();
-  const auto rejected_rewards = o.beta * rejected_logratios.detach();
-  const auto metrics = at::stack({chosen_rewards.mean(),
-                                  rejected_rewards.mean(),
-                                  (chosen_rewards > rejected_rewards).to(at::kFloat).mean(),
-                                  (chosen_rewards - rejected_rewards).mean(),
-                                  p.chosen.detach().mean(),
-                                  p.rejected.detach().mean()});
-  return {loss, metrics, {}};
+DpoLoss dpo_loss_named(const std::string& name) {
+  static const std::map<std::string, DpoLoss> kNames = {
+      {"sigmoid", DpoLoss::sigmoid},
+      {"hinge", DpoLoss::hinge},
+      {"ipo", DpoLoss::ipo},
+      {"sigmoid_norm", DpoLoss::sigmoid_norm},
+      {"robust", DpoLoss::robust},
+      {"exo_pair", DpoLoss::exo_pair},
+      {"nca_pair", DpoLoss::nca_pair},
+      {"bco_pair", DpoLoss::bco_pair},
+      {"sppo_hard", DpoLoss::sppo_hard},
+      {"apo_zero", DpoLoss::apo_zero},
+      {"apo_down", DpoLoss::apo_down},
+      {"discopop", DpoLoss::discopop},
+      {"aot", DpoLoss::aot},
+      {"aot_unpaired", DpoLoss::aot_unpaired},
+      {"sft", DpoLoss::sft},
+  };
+  const auto it = kNames.find(name);
+  TORCH_CHECK(it != kNames.end(), "no DPO loss named ", name);
+  return it->second;
 }
 
 namespace {
@@ -52,7 +43,85 @@ at::Tensor log1mexp(const at::Tensor& x) {
   return at::where(x < kMinusLn2, at::log1p(-at::exp(x)), at::log(-at::expm1(x)));
 }
 
+// -(1 - eps) log sigmoid(x) - eps log sigmoid(-x): the sigmoid loss with labels smoothed by eps.
+at::Tensor smoothed_sigmoid_loss(const at::Tensor& x, double eps) {
+  return -at::log_sigmoid(x) * (1 - eps) - at::log_sigmoid(-x) * eps;
+}
+
+// The values of the batch dimension in ascending order (aot's).
+at::Tensor sorted(const at::Tensor& t) {
+  return std::get<0>(at::sort(t, 0));
+}
+
+// The per-pair loss of `type` (Note [DPO loss]).
+at::Tensor dpo_pair_loss(DpoLoss type, const PairLogps& p, const DpoOptions& o) {
+  const double beta = o.beta, eps = o.label_smoothing;
+  const auto chosen_logratios = p.chosen - p.ref_chosen;
+  const auto rejected_logratios = p.rejected - p.ref_rejected;
+  const auto delta = chosen_logratios - rejected_logratios;
+  const auto per_token_delta = [&] {
+    return chosen_logratios / p.chosen_tokens.clamp_min(1.0) - rejected_logratios / p.rejected_tokens.clamp_min(1.0);
+  };
+  const auto c = beta * chosen_logratios, r = beta * rejected_logratios;
+  switch (type) {
+    case DpoLoss::sigmoid:
+      return -at::log_sigmoid(beta * delta);
+    case DpoLoss::hinge:
+      return at::relu(1 - beta * delta);
+    case DpoLoss::ipo:
+      return (per_token_delta() - 1 / (2 * beta)).pow(2);
+    case DpoLoss::sigmoid_norm:
+      return -at::log_sigmoid(beta * per_token_delta());
+    case DpoLoss::robust:
+      return (-(1 - eps) * at::log_sigmoid(beta * delta) + eps * at::log_sigmoid(-beta * delta)) / (1 - 2 * eps);
+    case DpoLoss::exo_pair: {
+      const auto log_q = at::log_sigmoid(beta * delta), log_not_q = at::log_sigmoid(-beta * delta);
+      return at::sigmoid(beta * delta) * (log_q - std::log1p(-eps)) +
+             at::sigmoid(-beta * delta) * (log_not_q - std::log(eps));
+    }
+    case DpoLoss::nca_pair:
+      return -at::log_sigmoid(c) - 0.5 * at::log_sigmoid(-c) - 0.5 * at::log_sigmoid(-r);
+    case DpoLoss::bco_pair:
+      return -at::log_sigmoid(c) - at::log_sigmoid(-r);
+    case DpoLoss::sppo_hard:
+      return (chosen_logratios - 0.5 / beta).pow(2) + (rejected_logratios + 0.5 / beta).pow(2);
+    case DpoLoss::apo_zero:
+      return 1 - at::sigmoid(c) + at::sigmoid(r);
+    case DpoLoss::apo_down:
+      return at::sigmoid(c) + (1 - at::sigmoid(beta * delta));
+    case DpoLoss::discopop: {
+      const auto x = beta * delta;
+      const auto m = at::sigmoid(x / o.discopop_tau);
+      return -at::log_sigmoid(x) * (1 - m) + at::exp(-x) * m;
+    }
+    case DpoLoss::aot:
+      return smoothed_sigmoid_loss(beta * (sorted(p.chosen - p.rejected) - sorted(p.ref_chosen - p.ref_rejected)), eps);
+    case DpoLoss::aot_unpaired:
+      return smoothed_sigmoid_loss(beta * (sorted(chosen_logratios) - sorted(rejected_logratios)), eps);
+    case DpoLoss::sft:
+      return (-p.chosen.sum() / p.chosen_predicted.sum().clamp_min(1.0)).expand_as(p.chosen);
+  }
+  TORCH_CHECK(false, "unknown DPO loss");
+}
+
 }  // namespace
+
+PreferenceLoss dpo_loss(const PairLogps& p, const DpoOptions& o) {
+  at::Tensor loss;
+  for (const auto& [type, weight] : o.losses) {
+    const auto term = dpo_pair_loss(type, p, o).mean() * weight;
+    loss = loss.defined() ? loss + term : term;
+  }
+  const auto chosen_rewards = o.beta * (p.chosen - p.ref_chosen).detach();
+  const auto rejected_rewards = o.beta * (p.rejected - p.ref_rejected).detach();
+  const auto metrics = at::stack({chosen_rewards.mean(),
+                                  rejected_rewards.mean(),
+                                  (chosen_rewards > rejected_rewards).to(at::kFloat).mean(),
+                                  (chosen_rewards - rejected_rewards).mean(),
+                                  p.chosen.detach().mean(),
+                                  p.rejected.detach().mean()});
+  return {loss, metrics, {}};
+}
 
 PreferenceLoss reference_free_loss(const at::Tensor& avg_chosen,
                                    const at::Tensor& avg_rejected,

@@ -1,21 +1,38 @@
 // The preference objectives' losses and metrics as TRL 1.16 computes them: DPO's (DPOTrainer,
-// Note [DPO loss]), ORPO's and SimPO's (ORPOTrainer and CPOTrainer, Note [Reference-free losses]).
+// Note [DPO loss]), ORPO's and SimPO's (ORPOTrainer and CPOTrainer, Note [Reference-free losses]),
+// KTO's (KTOTrainer, Note [KTO loss]).
 //
 // Note [DPO loss]
 // For each pair, with the summed log-probabilities of its chosen and rejected completions under
 // the trained model (logps) and the reference (ref_logps: the base, Note [Adapters off]):
 //     chosen_logratio   = logps_chosen - ref_logps_chosen      (and likewise rejected)
 //     delta             = chosen_logratio - rejected_logratio
-//     sigmoid (DPO)     -log sigmoid(beta * delta)
-//     hinge             relu(1 - beta * delta)
-//     ipo               (chosen_logratio / |chosen| - rejected_logratio / |rejected| - 1 / (2 beta))^2
-// where |chosen| counts the completion's tokens (IPO's length normalisation, TRL's choice). A
-// micro-batch's loss is the sum over the configured losses of weight * (the mean over its pairs),
-// in float32. At the start the adapter is a no-op (B = 0), the log-ratios are 0 and the sigmoid
-// loss is ln 2. The metrics, each a mean over the micro-batch's pairs as TRL logs them:
-// rewards/chosen = beta * chosen_logratio, rewards/rejected, rewards/accuracies (the fraction of
-// pairs whose chosen reward is above the rejected one), rewards/margins (chosen minus rejected
-// reward), logps/chosen, logps/rejected.
+// and TRL's DPOTrainer losses per pair, with eps its label_smoothing:
+//     sigmoid (DPO)  -log sigmoid(beta * delta)
+//     hinge          relu(1 - beta * delta)
+//     ipo            (chosen_logratio / |chosen| - rejected_logratio / |rejected| - 1 / (2 beta))^2
+//     sigmoid_norm   -log sigmoid(beta * (chosen_logratio / |chosen| - rejected_logratio / |rejected|))
+//     robust         (-(1 - eps) log sigmoid(beta delta) + eps log sigmoid(-beta delta)) / (1 - 2 eps)
+//     exo_pair       q log(q / (1 - eps)) + (1 - q) log((1 - q) / eps), q = sigmoid(beta delta)
+//     nca_pair       -log sigmoid(c) - log sigmoid(-c) / 2 - log sigmoid(-r) / 2
+//     bco_pair       -log sigmoid(c) - log sigmoid(-r)
+//     sppo_hard      (chosen_logratio - 1 / (2 beta))^2 + (rejected_logratio + 1 / (2 beta))^2
+//     apo_zero       1 - sigmoid(c) + sigmoid(r)
+//     apo_down       sigmoid(c) + 1 - sigmoid(c - r)
+//     discopop       -log sigmoid(beta delta) (1 - m) + exp(-beta delta) m, m = sigmoid(beta delta / tau)
+//     aot, aot_unpaired   -(1 - eps) log sigmoid(beta d) - eps log sigmoid(-beta d), with d the
+//                    difference of the sorted (over the micro-batch) logps_chosen - logps_rejected
+//                    and ref_ ones (aot), or of the sorted chosen and rejected log-ratios (unpaired)
+//     sft            the mean NLL of the chosen completions' predicted tokens (one value for all pairs)
+// where c = beta * chosen_logratio, r = beta * rejected_logratio, and |chosen| counts the
+// completion's tokens (IPO's length normalisation, TRL's choice). A micro-batch's loss is the sum
+// over the configured losses of weight * (the mean over its pairs), in float32 (TRL's loss_type
+// list with its loss_weights; axolotl's dpo_loss_type and dpo_loss_weights). At the start the
+// adapter is a no-op (B = 0), the log-ratios are 0 and the sigmoid loss is ln 2. The metrics, each
+// a mean over the micro-batch's pairs as TRL logs them, whatever the losses: rewards/chosen = beta *
+// chosen_logratio, rewards/rejected, rewards/accuracies (the fraction of pairs whose chosen reward
+// is above the rejected one), rewards/margins (chosen minus rejected reward), logps/chosen,
+// logps/rejected.
 //
 // Note [Reference-free losses]
 // ORPO and SimPO need no reference: each completion counts by its mean log-probability per
@@ -58,11 +75,32 @@
 
 namespace qtrain::engine::train {
 
-enum class DpoLoss { sigmoid, hinge, ipo };
+enum class DpoLoss {
+  sigmoid,
+  hinge,
+  ipo,
+  sigmoid_norm,
+  robust,
+  exo_pair,
+  nca_pair,
+  bco_pair,
+  sppo_hard,
+  apo_zero,
+  apo_down,
+  discopop,
+  aot,
+  aot_unpaired,
+  sft
+};
+
+// The loss of TRL's name `name` (the run config's dpo_loss_type); throws on another name.
+DpoLoss dpo_loss_named(const std::string& name);
 
 struct DpoOptions {
   double beta = 0.1;
   std::vector<std::pair<DpoLoss, double>> losses = {{DpoLoss::sigmoid, 1.0}};  // loss, weight
+  double label_smoothing = 0.0;  // eps of robust, exo_pair, aot and aot_unpaired
+  double discopop_tau = 0.05;
 };
 
 // Per pair, float32 [B].
@@ -70,6 +108,7 @@ struct PairLogps {
   at::Tensor chosen, rejected;                // the trained model's
   at::Tensor ref_chosen, ref_rejected;        // the reference's
   at::Tensor chosen_tokens, rejected_tokens;  // the completions' tokens
+  at::Tensor chosen_predicted;                // the chosen completions' tokens that a position predicts
 };
 
 struct PreferenceLoss {

@@ -252,7 +252,8 @@ PairBatch pair_batch(TrainingRun& run,
   const auto& lm = *run.lm;
   const auto& device = run.options.device;
   const bool with_reference = !reference_free(c.rl);
-  const DpoOptions dpo{c.rl_beta, {{c.rl == "ipo" ? DpoLoss::ipo : DpoLoss::sigmoid, 1.0}}};
+  DpoOptions dpo{c.rl_beta, {}, c.dpo_label_smoothing, c.discopop_tau};
+  for (const auto& [name, weight] : config::dpo_losses(c)) dpo.losses.emplace_back(dpo_loss_named(name), weight);
   const ReferenceFreeOptions free{
       reference_free_objective(c.rl), c.rl == "orpo" ? c.orpo_alpha : c.rl_beta, c.simpo_gamma, c.cpo_alpha};
   const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
@@ -279,7 +280,8 @@ PairBatch pair_batch(TrainingRun& run,
                   ref.narrow(0, 0, n),
                   ref.narrow(0, n, n),
                   completion.narrow(0, 0, n),
-                  completion.narrow(0, n, n)},
+                  completion.narrow(0, n, n),
+                  predicted.narrow(0, 0, n)},
                  dpo);
     logit_positions = predicting(b.labels);
   } else {

@@ -140,6 +140,33 @@ bool reference_from_starting_weights(const config::RunConfig& c, const model::Ca
 void check_preference_run(const config::RunConfig& c, const dist::Comm& comm) {
   TORCH_CHECK(!c.sample_packing,
               "rl: preference pairs are not packed (TRL's padding_free is off by default); set sample_packing: false");
+  // A user-defined type's keys of the other kind of row would change nothing.
+  for (const auto& d : c.datasets) {
+    if (d.type != "user_defined.default") continue;
+    const config::UserDefinedType unset;
+    const auto& u = d.user_defined;
+    std::vector<std::string> pair_keys, kto_keys;
+    if (u.field_chosen != unset.field_chosen) pair_keys.push_back("field_chosen");
+    if (u.field_rejected != unset.field_rejected) pair_keys.push_back("field_rejected");
+    if (!u.chosen_format.empty()) pair_keys.push_back("chosen_format");
+    if (!u.rejected_format.empty()) pair_keys.push_back("rejected_format");
+    if (u.field_completion != unset.field_completion) kto_keys.push_back("field_completion");
+    if (u.field_label != unset.field_label) kto_keys.push_back("field_label");
+    if (!u.completion_format.empty()) kto_keys.push_back("completion_format");
+    const auto& other = c.rl == "kto" ? pair_keys : kto_keys;
+    std::string named;
+    for (const auto& key : other) named += (named.empty() ? "" : ", ") + key;
+    TORCH_CHECK(other.empty(),
+                "dataset ",
+                d.path.string(),
+                ": its user-defined type sets ",
+                named,
+                c.rl == "kto" ? ", a pair's, and rl: kto's rows are a completion and a label (field_completion, "
+                                "field_label, completion_format)"
+                              : ", KTO's, and rl: " + c.rl +
+                                    " reads pairs (field_chosen, field_rejected, chosen_format, rejected_format)",
+                "; remove it");
+  }
   if (c.rl != "kto") return;
   TORCH_CHECK(c.micro_batch_size > 1,
               "rl: kto estimates its KL term from a micro-batch's mismatched prompts and completions, which needs "
@@ -155,7 +182,7 @@ void check_preference_run(const config::RunConfig& c, const dist::Comm& comm) {
                 "dataset ",
                 d.path.string(),
                 ": rl: kto reads axolotl's KTO types, chatml.* and llama3.* with argilla, argilla_chat, intel, "
-                "prompt_pairs or ultra; ",
+                "prompt_pairs or ultra, and the user-defined type; ",
                 d.type,
                 " is not one of them");
   }

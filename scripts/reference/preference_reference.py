@@ -1,6 +1,6 @@
 """A preference-tuning run with TRL 1.16 (transformers + peft + bitsandbytes for NF4) that qtrain's
-`rl:` must reproduce: DPOTrainer for `sigmoid` and `ipo`, ORPOTrainer for `orpo`, CPOTrainer with
-loss_type simpo for `simpo`. The same base, the same starting adapter (B = 0, so DPO's reference,
+`rl:` must reproduce: DPOTrainer for its losses (`sigmoid`, `ipo`, or a comma-separated list of
+its loss types), ORPOTrainer for `orpo`, CPOTrainer with loss_type simpo for `simpo`. The same base, the same starting adapter (B = 0, so DPO's reference,
 the base with the adapter off, is where training starts), the same pre-tokenized pairs, every pair
 in every step (so no data order enters), AdamW with a cosine schedule, warmup and clipping as the
 HF Trainer does them, float32. Prints the log of every step (loss and TRL's metrics) as JSON.
@@ -11,7 +11,8 @@ HF Trainer does them, float32. Prints the log of every step (loss and TRL's metr
 With --eval the trainer also evaluates EVAL_PAIRS.jsonl (in one batch) every EVAL_STEPS steps, and
 the printed log holds those entries (eval_loss and the eval_ metrics) too. With --precompute N
 (DPO and IPO) the reference log-probabilities are computed before training, N pairs at a time
-(precompute_ref_log_probs, precompute_ref_batch_size).
+(precompute_ref_log_probs, precompute_ref_batch_size). With DPO's losses, --loss-weights W1,W2,...
+gives their loss_weights, --label-smoothing EPS the label_smoothing.
 
 TOKENIZER_DIR only gives the trainer a processing class: the pairs are already token ids, so
 dataset preparation (which would tokenize text) is skipped and the collator pads with id 0.
@@ -75,6 +76,10 @@ def main():
         eval_args = dict(eval_strategy="steps", eval_steps=int(evaluation[1]),
                          per_device_eval_batch_size=len(eval_rows))
     argv, precompute = precompute_options(argv)
+    argv, weights = pop_option(argv, "--loss-weights", 1)
+    argv, smoothing = pop_option(argv, "--label-smoothing", 1)
+    dpo_args = dict(loss_weights=None if weights is None else [float(w) for w in weights[0].split(",")],
+                    label_smoothing=0.0 if smoothing is None else float(smoothing[0]))
     sys.argv = argv
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])
@@ -90,11 +95,12 @@ def main():
                   remove_unused_columns=False, **eval_args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     with tempfile.TemporaryDirectory() as out:
-        if loss_type in ["sigmoid", "ipo"]:
+        if loss_type not in ["orpo", "simpo"]:
             DPOTrainer._prepare_dataset = lambda self, dataset, *args, **kw: dataset  # already token ids
             trainer = DPOTrainer(model=model, train_dataset=dataset, eval_dataset=eval_dataset, processing_class=tokenizer,
-                                 args=DPOConfig(output_dir=out, loss_type=[loss_type], truncation_mode="keep_start",
-                                                **precompute, **common),
+                                 args=DPOConfig(output_dir=out, loss_type=loss_type.split(","),
+                                                truncation_mode="keep_start", **dpo_args, **precompute,
+                                                **common),
                                  data_collator=DataCollatorForPreference(pad_token_id=0, max_length=max_length))
         else:
             collator = DPODataCollatorWithPadding(pad_token_id=0)

@@ -821,6 +821,56 @@ TEST(RunConfigTest, BadConfigsNameThePlaceTheValueAndTheFix) {
   EXPECT_GE(table.size(), 15u);
 }
 
+// rl: dpo's losses: TRL's names with weights, label smoothing only where a loss reads it, and the
+// keys of older axolotl/TRL spellings answered with today's.
+TEST(RunConfigTest, DpoLossKeysReadTrlsLossesAndRefuseWhatChangesNothing) {
+  const auto dpo = kHead + "rl: dpo\n";
+  EXPECT_EQ(dpo_losses(parse(dpo)), (std::vector<std::pair<std::string, double>>{{"sigmoid", 1.0}}));
+  EXPECT_EQ(dpo_losses(parse(kHead + "rl: ipo\n")), (std::vector<std::pair<std::string, double>>{{"ipo", 1.0}}));
+  const auto c = parse(dpo + "dpo_loss_type: [sigmoid, sft]\ndpo_loss_weights: [1, 0.5]\n");
+  EXPECT_EQ(dpo_losses(c), (std::vector<std::pair<std::string, double>>{{"sigmoid", 1.0}, {"sft", 0.5}}));
+  EXPECT_EQ(dpo_losses(parse(dpo + "dpo_loss_type: hinge\n")),
+            (std::vector<std::pair<std::string, double>>{{"hinge", 1.0}}));
+  const auto robust = parse(dpo + "dpo_loss_type: [robust]\ndpo_label_smoothing: 0.1\n");
+  EXPECT_EQ(robust.dpo_label_smoothing, 0.1);
+  EXPECT_EQ(parse(dpo + "dpo_loss_type: [discopop]\ndiscopop_tau: 0.1\n").discopop_tau, 0.1);
+  // A listed zero smoothing asks for nothing (axolotl's examples write it).
+  EXPECT_EQ(parse(dpo + "dpo_label_smoothing: 0.0\n").dpo_label_smoothing, 0.0);
+  for (const auto& text : {to_yaml(c), to_yaml(robust)}) {
+    EXPECT_EQ(to_yaml(parse_run_config(text, "saved.yaml", "/elsewhere")), text);
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {dpo + "dpo_loss_type: [sigmoid, hnge]\n",
+       "run.yaml:4:1: dpo_loss_type: 'hnge' is not one of TRL's DPO losses (sigmoid, hinge, "},
+      {dpo + "dpo_loss_type: [sigmoid, hnge]\n", "; did you mean 'hinge'?"},
+      {kHead + "rl: ipo\ndpo_loss_type: [hinge]\n",
+       "dpo_loss_type: chooses rl: dpo's losses, and rl is ipo; write rl: dpo (rl: ipo is rl: dpo with dpo_loss_type: "
+       "[ipo]: list ipo to keep it)"},
+      {kHead + "dpo_loss_type: [hinge]\n", "dpo_loss_type: chooses rl: dpo's losses, and rl is not set"},
+      {dpo + "dpo_loss_type: [sigmoid, sft]\ndpo_loss_weights: [1]\n",
+       "dpo_loss_weights: 1 weights for 2 losses (dpo_loss_type); give one weight per loss, in its order"},
+      {dpo + "dpo_loss_weights: [1, -1]\n", "dpo_loss_weights: -1 must be >= 0"},
+      {dpo + "dpo_loss_weights: [1, x]\n", "dpo_loss_weights: expected a list of numbers, got an item 'x'"},
+      {dpo + "dpo_label_smoothing: 0.1\n",
+       "dpo_label_smoothing: 0.1 changes nothing: TRL 1.16 reads it only in the robust, exo_pair, aot and "
+       "aot_unpaired losses, and dpo_loss_type is [sigmoid]"},
+      {dpo + "dpo_loss_type: [robust]\ndpo_label_smoothing: 0.5\n", "robust's flip probability must be below 0.5"},
+      {dpo + "dpo_loss_type: [exo_pair]\n", "exo_pair needs an epsilon above 0 (TRL refuses 0)"},
+      {dpo + "discopop_tau: 0.1\n", "discopop_tau: is discopop's, which dpo_loss_type does not list"},
+      {dpo + "rpo_alpha: 0.5\n", "write dpo_loss_type: [sigmoid, sft] with dpo_loss_weights: [1, <rpo_alpha>]"},
+      {dpo + "dpo_norm_loss: true\n", "write dpo_loss_type: [sigmoid_norm]"},
+      {dpo + "dpo_use_weighting: true\n", "WPO's weighting of pairs is not implemented"},
+      {kHead + "rl: ipo\ndpo_loss_weights: [2]\n",
+       "dpo_loss_weights: weighs rl: dpo's losses, and rl is ipo; set rl: dpo (with dpo_loss_type), or remove the key"},
+      {kHead + "rl: kto\ndpo_label_smoothing: 0.1\n",
+       "dpo_label_smoothing: is rl: dpo's (DPOTrainer's label_smoothing), and rl is kto; remove the key"},
+  };
+  for (const auto& [yaml, fragment] : bad) {
+    SCOPED_TRACE(yaml);
+    expect_error([&] { parse(yaml); }, fragment);
+  }
+}
+
 // See Note [Every problem at once].
 TEST(RunConfigTest, EveryProblemIsReportedAtOnce) {
   expect_error([] { parse(kHead + "lora_r: abc\nlearning_rte: 1e-4\nwandb_project: my-run\nbf16: maybe\n"); },

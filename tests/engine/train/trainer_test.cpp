@@ -28,6 +28,7 @@
 #include "engine/train/preference_step.h"
 #include "engine/train/run_state.h"
 #include "engine/train/trainer.h"
+#include "tests/expect_error.h"
 #include "tests/reference.h"
 #include "tests/run_command.h"
 
@@ -411,6 +412,82 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
     ASSERT_EQ(b.size(), 6u);
     for (size_t i = 0; i < 6; ++i) EXPECT_EQ(b[i], ours[4 + i].at("loss").get<double>()) << "step " << i + 5;
   }
+}
+
+// dpo_loss_type's losses with dpo_loss_weights and dpo_label_smoothing against TRL's DPOTrainer
+// given the same loss_type, loss_weights and label_smoothing: every loss TRL 1.16 has, in four
+// weighted sums (a wrong term moves its sum by about the term's size, far outside the tolerance;
+// sppo_hard, about 50 at the start, is weighted down to the others' size), 10 steps, float32, with
+// the DPO test's tolerance. The metrics are DPO's whatever the losses.
+TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
+  if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
+  const auto base = test::model_fixture("llama");
+  at::manual_seed(8);
+  write_pairs(
+      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+  write_zero_adapter(base, dir_ / "adapter0");
+  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  struct Case {
+    std::string types, weights, smoothing;
+  };
+  const std::vector<Case> cases = {
+      {"hinge", "", ""},
+      {"sigmoid,ipo,sft", "1,0.5,0.2", ""},
+      {"robust,exo_pair,aot,aot_unpaired", "1,1,0.5,0.5", "0.1"},
+      {"sigmoid_norm,nca_pair,bco_pair,sppo_hard,apo_zero,apo_down,discopop", "1,1,1,0.02,1,1,1", ""},
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    const auto& [types, weights, smoothing] = cases[k];
+    SCOPED_TRACE(types);
+    std::string keys = "rl: dpo\nrl_beta: 0.1\ndpo_loss_type: [" + types + "]\n";
+    std::string trl_args;
+    if (!weights.empty()) {
+      keys += "dpo_loss_weights: [" + weights + "]\n";
+      trl_args += " --loss-weights " + weights;
+    }
+    if (!smoothing.empty()) {
+      keys += "dpo_label_smoothing: " + smoothing + "\n";
+      trl_args += " --label-smoothing " + smoothing;
+    }
+    const auto name = "losses-" + std::to_string(k);
+    write_preference_config(dir_ / (name + ".yaml"), base, dir_ / "adapter0", "fp32", keys, "out-" + name);
+    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
+    const auto ours = logged_steps(r.output_dir);
+    const auto theirs =
+        trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " + (dir_ / "pairs.jsonl").string() +
+                 " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
+    ASSERT_EQ(ours.size(), 10u);
+    ASSERT_EQ(theirs.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      std::vector<std::string> names = {"loss"};
+      for (const auto& metric : preference_metric_names("dpo")) names.push_back(metric);
+      for (const auto& key : names) {
+        const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+        EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
+      }
+    }
+  }
+}
+
+// What a preference run cannot train is refused before the model loads, each with its fix.
+TEST_F(Trainer, PreferenceRunsRefuseWhatTheyCannotTrainBeforeLoading) {
+  const auto base = test::model_fixture("llama");
+  std::ofstream(dir_ / "pairs.jsonl") << "{\"prompt\": \"a\", \"chosen\": \"b\", \"rejected\": \"c\"}\n";
+  const auto refused = [&](const std::string& rl, const std::string& setting, const std::string& fragment) {
+    SCOPED_TRACE(rl + " " + setting);
+    write_preference_config(dir_ / "refused.yaml", base, dir_ / "none", "fp32", "rl: " + rl + "\n", "out-refused");
+    test::expect_error([&] { train(config::load_run_config(dir_ / "refused.yaml", {setting})); }, fragment);
+  };
+  refused("dpo", "sample_packing=true", "rl: preference pairs are not packed");
+  refused("kto", "micro_batch_size=1", "which needs micro_batch_size 2 or more");
+  // A user-defined type's keys of the other kind of row.
+  refused("kto",
+          "datasets=[{path: pairs.jsonl, type: {field_chosen: good}}]",
+          "pairs.jsonl: its user-defined type sets field_chosen, a pair's, and rl: kto's rows are a completion and a "
+          "label (field_completion, field_label, completion_format); remove it");
+  refused("dpo",
+          "datasets=[{path: pairs.jsonl, type: {completion_format: \"{completion}\"}}]",
+          "its user-defined type sets completion_format, KTO's, and rl: dpo reads pairs");
 }
 
 // DPO from a trained adapter (lora_model_dir with B != 0, as after a supervised run), the run

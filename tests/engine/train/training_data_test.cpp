@@ -15,6 +15,7 @@
 #include "engine/data/byte_tokenizer.h"
 #include "engine/data/prepared_cache.h"
 #include "engine/io/remove_tree.h"
+#include "tests/expect_error.h"
 #include "tests/temp_dir.h"
 
 namespace qtrain::engine::train {
@@ -125,6 +126,45 @@ TEST_F(TrainingDataTest, PreferencePairsComeFromTextAndConversationsAndFullPromp
   EXPECT_EQ(tok_.decode(pairs[1].chosen, false), "yo<|im_end|>\n");
   EXPECT_NE(logged.find("2 preference pairs, 1 whose prompt fills sequence_len 64 dropped"), std::string::npos)
       << logged;
+}
+
+// axolotl's user-defined type (`type:` as a map, Note [User-defined type]) turns rows of the
+// user's own keys into TRL's text rows: pairs for rl: dpo, KTO's rows for rl: kto.
+TEST_F(TrainingDataTest, AUserDefinedTypeFormatsPairsAndKtoRows) {
+  std::ofstream(dir_ / "pairs.jsonl") << "{\"instruction\": \"q\", \"sys\": \"S\", \"good\": \"a\", \"bad\": \"b\"}\n"
+                                      << "{\"instruction\": \"r\", \"sys\": \"T\", \"good\": \"c\", \"bad\": \"d\"}\n";
+  std::ofstream(dir_ / "kto.jsonl") << "{\"q\": \"x\", \"c\": \"y\", \"ok\": true}\n"
+                                    << "{\"q\": \"z\", \"c\": \"w\", \"ok\": false}\n";
+  const auto load = [&](const std::string& keys, const std::string& type) {
+    const auto c = config::parse_run_config("base_model: model\nlora_target_linear: true\nsequence_len: 64\n" + keys +
+                                                "datasets:\n  - path: " + type + "\n",
+                                            "run.yaml",
+                                            dir_);
+    return load_preference_pairs(c, tok_.vocab_size(), &tok_, stderr);
+  };
+  const auto pairs = load("rl: dpo\n",
+                          "pairs.jsonl\n    type: {field_prompt: instruction, field_system: sys, field_chosen: good, "
+                          "field_rejected: bad, prompt_format: \"{system}|{prompt}>\", chosen_format: \"{chosen}!\"}");
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(tok_.decode(pairs[0].prompt, false), tok_.bos_token() + "S|q>") << "TRL tokenizes a text prompt with BOS";
+  EXPECT_EQ(tok_.decode(pairs[0].chosen, false), "a!" + tok_.eos_token());
+  EXPECT_EQ(tok_.decode(pairs[0].rejected, false), "b" + tok_.eos_token());
+  test::expect_error(
+      [&] {
+        load("rl: dpo\n",
+             "pairs.jsonl\n    type: {field_prompt: instruction, prompt_format: "
+             "\"{system}|{prompt}>\", field_chosen: good, field_rejected: bad}");
+      },
+      "pairs.jsonl:1: prompt_format \"{system}|{prompt}>\" names {system}, and the row's \"system\" "
+      "(field_system) is absent, empty or not text");
+  const auto rows = load("rl: kto\nmicro_batch_size: 2\n",
+                         "kto.jsonl\n    type: {field_prompt: q, field_completion: c, field_label: ok, "
+                         "completion_format: \"<{completion}>\"}");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(tok_.decode(rows[0].prompt, false), tok_.bos_token() + "x");
+  EXPECT_EQ(tok_.decode(rows[0].chosen, false), "<y>" + tok_.eos_token());
+  EXPECT_TRUE(rows[0].desirable);
+  EXPECT_FALSE(rows[1].desirable);
 }
 
 TEST(PreparedCacheTest, TheKeyCoversSettingsAndFileBytes) {
