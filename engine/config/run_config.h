@@ -273,6 +273,8 @@ struct RunConfig {
   double cpo_alpha = 1.0;
   double kto_desirable_weight = 1.0;
   double kto_undesirable_weight = 1.0;
+  // KTOTrainer's loss_type: "kto" or "apo_zero_unpaired".
+  std::string kto_loss_type = "kto";
   // rl: dpo's losses, TRL's loss_type and loss_weights (empty: sigmoid, weight 1 each; see
   // dpo_losses), label_smoothing and discopop_tau.
   std::vector<std::string> dpo_loss_type;

@@ -236,6 +236,24 @@ std::vector<RunConfigKey> preference_keys() {
              r.number(key, c.kto_undesirable_weight, above(0), "use a positive weight, e.g. 1.0 (TRL's default)");
        },
        [](const RunConfig& c) -> std::string { return format_double(c.kto_undesirable_weight); }},
+      {"kto_loss_type",
+       section,
+       R"md(`kto` \| `apo_zero_unpaired`)md",
+       R"md(`kto`)md",
+       "TRL",
+       R"md(`rl: kto`'s loss (KTOTrainer's `loss_type`): `kto`, KTO's loss with its KL estimate from mismatched prompts and completions; `apo_zero_unpaired`, the APO paper's unpaired loss (desirable rows `1 - sigmoid(beta * logratio)`, undesirable `sigmoid(beta * logratio)`), which has no KL term, runs no KL rows and takes `micro_batch_size: 1`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.kto_loss_type = r.choice(key, c.kto_loss_type, {"kto", "apo_zero_unpaired"});
+         r.guard({key, "rl"}, [&] {
+           if (c.kto_loss_type != "kto" && c.rl != "kto") {
+             fail(r.place_of(key),
+                  key,
+                  "is rl: kto's loss, and rl is " + (c.rl.empty() ? std::string("not set") : c.rl) +
+                      "; set rl: kto, or remove the key");
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return c.kto_loss_type; }},
       {"precompute_ref_log_probs",
        section,
        R"md(bool)md",

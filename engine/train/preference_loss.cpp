@@ -164,12 +164,13 @@ PreferenceLoss kto_loss(const at::Tensor& logps,
     return ops::to_device_async(at::tensor(r, at::TensorOptions().dtype(at::kLong)), logps.device());
   };
   const auto chosen_idx = rows(chosen_rows), rejected_idx = rows(rejected_rows);
-  const auto kl = (kl_logps - ref_kl_logps).mean().detach().clamp_min(0);
+  const auto kl = o.kl ? (kl_logps - ref_kl_logps).mean().detach().clamp_min(0) : at::zeros({}, logps.options());
   const auto logratios = logps - ref_logps;
   const auto chosen_logratios = logratios.index_select(0, chosen_idx);
   const auto rejected_logratios = logratios.index_select(0, rejected_idx);
   const auto chosen_losses = 1 - at::sigmoid(o.beta * (chosen_logratios - kl));
-  const auto rejected_losses = 1 - at::sigmoid(o.beta * (kl - rejected_logratios));
+  const auto rejected_losses =
+      o.kl ? 1 - at::sigmoid(o.beta * (kl - rejected_logratios)) : at::sigmoid(o.beta * rejected_logratios);
   const auto loss = at::cat({o.desirable_weight * chosen_losses, o.undesirable_weight * rejected_losses}).nanmean();
   // Means over the rows of a label, 0 where there are none (their count says so).
   const auto mean_over = [](const at::Tensor& values, size_t count) {

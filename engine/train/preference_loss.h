@@ -59,8 +59,10 @@
 //     desirable   row: desirable_weight   * (1 - sigmoid(beta * (logratio - kl)))
 //     undesirable row: undesirable_weight * (1 - sigmoid(beta * (kl - logratio)))
 // and the loss is the mean of the B rows' losses (the desirable rows' first, TRL's nanmean of
-// their concatenation). At the start (B = 0 in the adapter) the log-ratios and kl are 0 and the
-// loss is the mean weight / 2. The metrics: kl; rewards/chosen (beta * logratio) and logps/chosen,
+// their concatenation). TRL's loss_type apo_zero_unpaired (the APO paper's unpaired loss) has no
+// KL term and no KL rows: kl is 0, desirable rows score 1 - sigmoid(beta * logratio) and
+// undesirable rows sigmoid(beta * logratio), weighted as above. At the start (B = 0 in the adapter) the log-ratios and
+// kl are 0 and the loss is the mean weight / 2. The metrics: kl; rewards/chosen (beta * logratio) and logps/chosen,
 // means over the desirable rows, and likewise rewards/rejected and logps/rejected over the
 // undesirable ones; rewards/margins, the two rewards' difference. A micro-batch without desirable
 // (or undesirable) rows has no such metric: TRL logs each as the mean over the micro-batches that
@@ -145,12 +147,13 @@ struct KtoOptions {
   double beta = 0.1;
   double desirable_weight = 1.0;
   double undesirable_weight = 1.0;
+  bool kl = true;  // false: apo_zero_unpaired, without the KL term (and without KL rows)
 };
 
 // Per row, float32 [B]: logps, ref_logps of the completions, kl_logps, ref_kl_logps of the KL
-// rows; `desirable` the rows' labels (host data). PreferenceLoss::metrics are, in order, kl,
-// rewards/chosen, rewards/rejected, rewards/margins, logps/chosen, logps/rejected (0 where the
-// micro-batch has none: see counts).
+// rows (undefined without options.kl); `desirable` the rows' labels (host data). PreferenceLoss::metrics are, in order,
+// kl, rewards/chosen, rewards/rejected, rewards/margins, logps/chosen, logps/rejected (0 where the micro-batch has
+// none: see counts).
 PreferenceLoss kto_loss(const at::Tensor& logps,
                         const at::Tensor& ref_logps,
                         const at::Tensor& kl_logps,

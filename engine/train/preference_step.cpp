@@ -197,8 +197,12 @@ PairBatch kto_batch(TrainingRun& run,
   const int64_t n = b.pairs;
   const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
   const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
-  const auto ref = rows.front().reference ? precomputed(rows, device) : reference_log_probs(run, ids, labels);
-  const auto kl_logps = no_grad_log_probs(run, ids.narrow(0, n, n), labels.narrow(0, n, n));
+  // apo_zero_unpaired has no KL term: neither forward of the KL rows runs.
+  const bool kl = c.kto_loss_type == "kto";
+  const auto ref = rows.front().reference ? precomputed(rows, device)
+                   : kl                   ? reference_log_probs(run, ids, labels)
+                                          : reference_log_probs(run, ids.narrow(0, 0, n), labels.narrow(0, 0, n));
+  const auto kl_logps = kl ? no_grad_log_probs(run, ids.narrow(0, n, n), labels.narrow(0, n, n)) : at::Tensor();
   PairBatch out;
   const auto row_labels = labels.narrow(0, 0, n);
   const auto h = model_hidden(run, plan, ids.narrow(0, 0, n), row_labels, c, out.aux);
@@ -208,9 +212,9 @@ PairBatch kto_batch(TrainingRun& run,
   const auto r = kto_loss(logps,
                           ref.narrow(0, 0, n),
                           kl_logps,
-                          ref.narrow(0, n, n),
+                          kl ? ref.narrow(0, n, n) : at::Tensor(),
                           desirable,
-                          {c.rl_beta, c.kto_desirable_weight, c.kto_undesirable_weight});
+                          {c.rl_beta, c.kto_desirable_weight, c.kto_undesirable_weight, kl});
   out.loss = r.loss;
   // TRL's logits/*: the mean logit over the positions that predict a completion token, over the
   // rows of each label; the positions are host data, so are their counts.

@@ -168,10 +168,12 @@ void check_preference_run(const config::RunConfig& c, const dist::Comm& comm) {
                 "; remove it");
   }
   if (c.rl != "kto") return;
-  TORCH_CHECK(c.micro_batch_size > 1,
-              "rl: kto estimates its KL term from a micro-batch's mismatched prompts and completions, which needs "
-              "micro_batch_size 2 or more (TRL's KTOTrainer requires it too); got ",
-              c.micro_batch_size);
+  TORCH_CHECK(
+      c.micro_batch_size > 1 || c.kto_loss_type == "apo_zero_unpaired",
+      "rl: kto estimates its KL term from a micro-batch's mismatched prompts and completions, which needs "
+      "micro_batch_size 2 or more (TRL's KTOTrainer requires it too; kto_loss_type: apo_zero_unpaired has no KL "
+      "term); got ",
+      c.micro_batch_size);
   TORCH_CHECK(comm.world_size() == 1,
               "rl: kto runs on one process for now: TRL averages each micro-batch's KL estimate over the processes, "
               "which qtrain does not do yet; run with one process (",

@@ -15,7 +15,8 @@ it appends to a completion is read as nothing (the ids are the whole row), the r
 fills MAX_LENGTH are dropped, and the KL completions are made by its own rotation in runs of
 BATCH rows. TOKENIZER_DIR only gives the trainer a processing class. With --precompute N the
 reference log-probabilities of the rows and their KL rows are computed before training, N rows at a
-time (precompute_ref_log_probs, precompute_ref_batch_size).
+time (precompute_ref_log_probs, precompute_ref_batch_size). --loss-type gives KTOConfig's loss_type
+(kto, apo_zero_unpaired).
 """
 
 import json
@@ -51,6 +52,7 @@ def main():
         eval_dataset = Dataset.from_list([as_text(json.loads(line)) for line in open(evaluation[0]) if line.strip()])
         eval_args = dict(eval_strategy="steps", eval_steps=int(evaluation[1]))
     argv, precompute = precompute_options(argv)
+    argv, loss_type = pop_option(argv, "--loss-type", 1)
     base_dir, adapter_dir, rows_path, tokenizer_dir, quant = argv[1:6]
     steps, lr, warmup, beta = int(argv[6]), float(argv[7]), int(argv[8]), float(argv[9])
     max_length, batch, accumulation = int(argv[10]), int(argv[11]), int(argv[12])
@@ -65,7 +67,7 @@ def main():
                      desirable_weight=desirable_weight, undesirable_weight=undesirable_weight,
                      max_length=max_length, report_to=[], use_cpu=True, bf16=False, fp16=False,
                      gradient_checkpointing=False, save_strategy="no", seed=3, dataloader_drop_last=False,
-                     **precompute, **eval_args)
+                     loss_type="kto" if loss_type is None else loss_type[0], **precompute, **eval_args)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.pad_token = tokenizer.convert_ids_to_tokens(0)  # the tiny model's ids; the padding is masked
     with tempfile.TemporaryDirectory() as out:

@@ -860,6 +860,8 @@ TEST(RunConfigTest, DpoLossKeysReadTrlsLossesAndRefuseWhatChangesNothing) {
       {dpo + "rpo_alpha: 0.5\n", "write dpo_loss_type: [sigmoid, sft] with dpo_loss_weights: [1, <rpo_alpha>]"},
       {dpo + "dpo_norm_loss: true\n", "write dpo_loss_type: [sigmoid_norm]"},
       {dpo + "dpo_use_weighting: true\n", "WPO's weighting of pairs is not implemented"},
+      {kHead + "rl: dpo\nkto_loss_type: apo_zero_unpaired\n",
+       "kto_loss_type: is rl: kto's loss, and rl is dpo; set rl: kto, or remove the key"},
       {kHead + "rl: ipo\ndpo_loss_weights: [2]\n",
        "dpo_loss_weights: weighs rl: dpo's losses, and rl is ipo; set rl: dpo (with dpo_loss_type), or remove the key"},
       {kHead + "rl: kto\ndpo_label_smoothing: 0.1\n",

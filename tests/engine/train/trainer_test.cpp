@@ -698,9 +698,10 @@ TEST(PreferenceMetrics, KtosAreSumsOverTheirCountsAndAbsentWithoutOne) {
 // rewards/margins averages the second alone) and the second mixed; the loss and every metric TRL
 // logs (a metric absent from its log absent from ours) at each of 10 steps, float32 with equal and
 // unequal weights, and NF4, and with precompute_ref_log_probs (3 rows per precompute forward, as
-// TRL's precompute_ref_batch_size). At B = 0 the log-ratios and kl are 0 and each row's loss is its
-// weight / 2. With 4 more rows held out, eval_loss and the eval_ metrics follow TRL's evaluation,
-// and a resumed run continues bitwise. Tolerances as the DPO test's.
+// TRL's precompute_ref_batch_size), and with kto_loss_type apo_zero_unpaired (TRL's loss_type, no
+// KL term). At B = 0 the log-ratios and kl are 0 and each row's loss is its weight / 2. With 4 more rows held out,
+// eval_loss and the eval_ metrics follow TRL's evaluation, and a resumed run continues bitwise. Tolerances as the DPO
+// test's.
 TEST_F(Trainer, KtoFollowsTrlsKtoTrainerStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
@@ -711,12 +712,15 @@ TEST_F(Trainer, KtoFollowsTrlsKtoTrainerStepForStep) {
     double desirable_weight, undesirable_weight;
     bool held_out;
     int precompute;  // precompute_ref_batch_size, or 0 for a reference forward per micro-batch
+    std::string loss_type = "kto";
   };
-  for (const auto& [quant, dw, uw, held_out, precompute] : std::vector<Case>{{"fp32", 1.0, 1.0, true, 0},
-                                                                             {"fp32", 1.3, 0.7, false, 0},
-                                                                             {"nf4", 1.0, 1.0, false, 0},
-                                                                             {"fp32", 1.0, 1.0, false, 3}}) {
-    const auto name = "kto-" + quant + "-" + std::to_string(dw) + "-" + std::to_string(precompute);
+  for (const auto& [quant, dw, uw, held_out, precompute, loss_type] :
+       std::vector<Case>{{"fp32", 1.0, 1.0, true, 0},
+                         {"fp32", 1.3, 0.7, false, 0},
+                         {"nf4", 1.0, 1.0, false, 0},
+                         {"fp32", 1.0, 1.0, false, 3},
+                         {"fp32", 1.3, 0.7, false, 0, "apo_zero_unpaired"}}) {
+    const auto name = "kto-" + quant + "-" + std::to_string(dw) + "-" + std::to_string(precompute) + "-" + loss_type;
     SCOPED_TRACE(name);
     // Rows 0-3 desirable, then desirable and undesirable in turn; the held-out case's 4 more rows
     // leave 8 to train on.
@@ -744,7 +748,8 @@ TEST_F(Trainer, KtoFollowsTrlsKtoTrainerStepForStep) {
     keys << "rl: kto\nrl_beta: 0.1\ngradient_accumulation_steps: 2\nkto_desirable_weight: " << dw
          << "\nkto_undesirable_weight: " << uw << "\n"
          << (held_out ? "val_set_size: 4\neval_steps: 5\n" : "")
-         << (precompute > 0 ? "precompute_ref_log_probs: true\nprecompute_ref_batch_size: 3\n" : "");
+         << (precompute > 0 ? "precompute_ref_log_probs: true\nprecompute_ref_batch_size: 3\n" : "")
+         << "kto_loss_type: " << loss_type << "\n";
     write_preference_config(dir_ / (name + ".yaml"), base, dir_ / "adapter0", quant, keys.str(), "out-" + name);
     const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
     ASSERT_EQ(r.steps, 10);
@@ -753,6 +758,7 @@ TEST_F(Trainer, KtoFollowsTrlsKtoTrainerStepForStep) {
          << " " << tokenizer.string() << " " << quant << " 10 0.002 3 0.1 64 4 2 " << dw << " " << uw;
     if (held_out) args << " --eval " << (dir_ / "eval.jsonl").string() << " 5";
     if (precompute > 0) args << " --precompute " << precompute;
+    args << " --loss-type " << loss_type;
     std::vector<nlohmann::json> theirs, theirs_eval, ours_eval;
     for (const auto& j : trl_logs(args.str(), "kto_reference.py")) {
       (j.contains("eval_loss") ? theirs_eval : theirs).push_back(j);
