@@ -477,14 +477,14 @@ at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& l
   return at::stack(rows);
 }
 
-at::Tensor CausalLM::logit_mean_sums(const at::Tensor& h, const at::Tensor& positions) const {
+at::Tensor CausalLM::head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels) const {
   TORCH_CHECK(positions.sizes() == h.sizes().slice(0, 2),
               "positions ",
               positions.sizes(),
               " do not match the batch ",
               h.sizes().slice(0, 2));
   TORCH_CHECK(positions.is_cpu(),
-              "logit_mean_sums: the positions must be host data (selecting them on a device makes the host wait "
+              "head_sums: the positions must be host data (selecting them on a device makes the host wait "
               "for it: Note [Host reads])");
   at::NoGradGuard no_grad;
   const auto weight = head_weight();
@@ -493,12 +493,24 @@ at::Tensor CausalLM::logit_mean_sums(const at::Tensor& h, const at::Tensor& posi
   for (int64_t r = 0; r < h.size(0); ++r) {
     const auto chosen = at::nonzero(positions[r].to(at::kBool)).squeeze(1);
     const auto selected = h[r].index_select(0, ops::to_device_async(chosen, device_));
-    auto sum = at::zeros({}, h.options().dtype(at::kFloat));
+    // The token each chosen position predicts (host data, so copied without a host read).
+    const auto targets =
+        labels.defined()
+            ? ops::to_device_async(
+                  labels[r].narrow(0, 1, labels.size(1) - 1).index_select(0, chosen.clamp_max(labels.size(1) - 2)),
+                  device_)
+            : at::Tensor();
+    auto sum = at::zeros({3}, h.options().dtype(at::kFloat));
     for (int64_t i = 0; i < selected.size(0); i += kChunk) {
-      auto logits =
-          ops::linear_dense(selected.narrow(0, i, std::min(kChunk, selected.size(0) - i)), weight, std::nullopt);
+      const int64_t count = std::min(kChunk, selected.size(0) - i);
+      auto logits = ops::linear_dense(selected.narrow(0, i, count), weight, std::nullopt);
       if (config_.final_logit_softcap) logits = ops::softcap_logits(logits, *config_.final_logit_softcap);
-      sum = sum + logits.to(at::kFloat).mean(-1).sum();
+      logits = logits.to(at::kFloat);
+      const auto log_probs = at::log_softmax(logits, -1);
+      const auto entropy = -(log_probs.exp() * log_probs).sum(-1);
+      const auto top1 = targets.defined() ? (logits.argmax(-1) == targets.narrow(0, i, count)).to(at::kFloat).sum()
+                                          : at::zeros({}, sum.options());
+      sum = sum + at::stack({logits.mean(-1).sum(), entropy.sum(), top1});
     }
     rows.push_back(sum);
   }

@@ -91,10 +91,13 @@ class CausalLM {
   // log-likelihood, what preference objectives compare (TRL's per-token log_probs, summed). Through
   // the same chunked cross-entropy as loss_sum, a row at a time.
   at::Tensor sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const;
-  // Per row: the sum over the positions where `positions` (bool [B, T], host data) is true of the mean logit
-  // over the vocabulary (soft-capped where the model caps), float32 [B], without gradient: TRL's
-  // logits/chosen and logits/rejected before the division by the positions.
-  at::Tensor logit_mean_sums(const at::Tensor& h, const at::Tensor& positions) const;
+  // Per row, sums over the positions where `positions` (bool [B, T], host data) is true, float32
+  // [B, 3], without gradient, of the logits (soft-capped where the model caps): their mean over the
+  // vocabulary (TRL's logits/chosen and logits/rejected), the entropy of their softmax (TRL's
+  // entropy), and 1 where the largest (the first of equals) is at the token `labels` (long
+  // [B, T], host data) holds one place later (TRL's mean_token_accuracy); each before the division
+  // by the positions. Undefined `labels`: that column is 0.
+  at::Tensor head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels) const;
 
   // Every trainable tensor of the model: each layer's (its LoRA tensors and norms trained in
   // full), then the embeddings, the head and the final norm trained in full.

@@ -44,7 +44,8 @@ std::vector<std::string> preference_metric_names(const std::string& rl) {
             "logps/chosen",
             "logps/rejected",
             "logits/chosen",
-            "logits/rejected"};
+            "logits/rejected",
+            "entropy"};
   }
   std::vector<std::string> names = {"rewards/chosen",
                                     "rewards/rejected",
@@ -57,6 +58,8 @@ std::vector<std::string> preference_metric_names(const std::string& rl) {
   if (reference_free(rl)) {
     const auto extra = reference_free_metric_names(reference_free_objective(rl));
     names.insert(names.end(), extra.begin(), extra.end());
+  } else {
+    names.insert(names.end(), {"entropy", "mean_token_accuracy"});
   }
   return names;
 }
@@ -186,7 +189,8 @@ at::Tensor model_hidden(TrainingRun& run,
 // A micro-batch of KTO rows (Note [KTO rows], Note [KTO loss]): the reference's log-likelihoods of
 // the completion rows and the KL rows, the trained model's of the KL rows under no gradient (as
 // TRL's), then its forward of the completion rows through `plan`. Metrics: kto_loss's, then the
-// logits means of the desirable and the undesirable completions, then the counts of each.
+// logits means of the desirable and the undesirable completions and the completions' entropy,
+// then the counts of each.
 PairBatch kto_batch(TrainingRun& run,
                     const schedule::ExecutionPlan& plan,
                     const std::vector<data::PreferencePair>& rows,
@@ -233,12 +237,15 @@ PairBatch kto_batch(TrainingRun& run,
       rejected_positions += count;
     }
   }
-  const auto logit_sums = lm.logit_mean_sums(h.detach(), positions);
+  const auto sums = lm.head_sums(h.detach(), positions, {});
+  const auto logit_sums = sums.select(1, 0);
   const auto chosen_weight = to_device(chosen);
+  // TRL's entropy: over every completion token of the micro-batch (0 without any, and logged so).
   const auto logits = at::stack({(logit_sums * chosen_weight).sum() / std::max(1.0, chosen_positions),
-                                 (logit_sums * (1 - chosen_weight)).sum() / std::max(1.0, rejected_positions)});
+                                 (logit_sums * (1 - chosen_weight)).sum() / std::max(1.0, rejected_positions),
+                                 sums.select(1, 1).sum() / std::max(1.0, chosen_positions + rejected_positions)});
   const auto has_logits =
-      to_device(at::tensor({chosen_positions > 0 ? 1.0F : 0.0F, rejected_positions > 0 ? 1.0F : 0.0F},
+      to_device(at::tensor({chosen_positions > 0 ? 1.0F : 0.0F, rejected_positions > 0 ? 1.0F : 0.0F, 1.0F},
                            at::TensorOptions().dtype(at::kFloat)));
   // A metric the micro-batch lacks adds nothing to its sum (rewards/margins is not 0 there).
   const auto counts = at::cat({r.counts, has_logits});
@@ -306,14 +313,18 @@ PairBatch pair_batch(TrainingRun& run,
     r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
   }
   out.loss = r.loss;
-  const auto logit_sums = lm.logit_mean_sums(h.detach(), logit_positions);
+  const auto sums = lm.head_sums(h.detach(), logit_positions, with_reference ? b.labels : at::Tensor());
   const auto positions = to_device(logit_positions.sum(1).to(at::kFloat));
-  auto mean_logits = [&](int64_t first) {
-    const auto count = positions.narrow(0, first, n).sum();
-    return at::where(count > 0, logit_sums.narrow(0, first, n).sum() / count.clamp_min(1), at::zeros_like(count));
+  // The sum of column `k` of `sums` over `rows` rows from `first`, per position (0 without any).
+  auto mean_of = [&](int64_t k, int64_t first, int64_t rows) {
+    const auto count = positions.narrow(0, first, rows).sum();
+    return at::where(
+        count > 0, sums.select(1, k).narrow(0, first, rows).sum() / count.clamp_min(1), at::zeros_like(count));
   };
-  std::vector<at::Tensor> metrics = {r.metrics, at::stack({mean_logits(0), mean_logits(n)})};
+  std::vector<at::Tensor> metrics = {r.metrics, at::stack({mean_of(0, 0, n), mean_of(0, n, n)})};
   if (r.extra.defined()) metrics.push_back(r.extra);
+  // DPO's entropy over every completion token, its token accuracy over the chosen ones.
+  if (with_reference) metrics.push_back(at::stack({mean_of(1, 0, 2 * n), mean_of(2, 0, n)}));
   out.metrics = at::cat(metrics);
   return out;
 }

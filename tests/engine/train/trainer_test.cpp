@@ -678,16 +678,20 @@ TEST_F(Trainer, HeldOutPairsAreEvaluatedAsTrlEvaluatesThem) {
 // are logged as they are.
 TEST(PreferenceMetrics, KtosAreSumsOverTheirCountsAndAbsentWithoutOne) {
   // kl, rewards/chosen, rewards/rejected, rewards/margins, logps/chosen, logps/rejected, logits/*,
-  // then their counts: the window's micro-batches had no undesirable row.
-  const std::vector<double> values = {0.3, 0.4, 0, 0, -12, 0, 0.25, 0, 2, 2, 0, 0, 2, 0, 2, 0};
+  // entropy, then their counts: the window's micro-batches had no undesirable row.
+  const std::vector<double> values = {0.3, 0.4, 0, 0, -12, 0, 0.25, 0, 9, 2, 2, 0, 0, 2, 0, 2, 0, 2};
   const auto logged = preference_metrics("kto", values, "eval_");
-  const std::vector<std::pair<std::string, double>> expected = {
-      {"eval_kl", 0.15}, {"eval_rewards/chosen", 0.2}, {"eval_logps/chosen", -6}, {"eval_logits/chosen", 0.125}};
+  const std::vector<std::pair<std::string, double>> expected = {{"eval_kl", 0.15},
+                                                                {"eval_rewards/chosen", 0.2},
+                                                                {"eval_logps/chosen", -6},
+                                                                {"eval_logits/chosen", 0.125},
+                                                                {"eval_entropy", 4.5}};
   EXPECT_EQ(logged, expected);
   EXPECT_EQ(preference_progress(logged, "eval_"), " | kl 0.1500");
   EXPECT_THROW(preference_metrics("kto", {1.0}, ""), c10::Error);
-  const auto dpo = preference_metrics("dpo", {1, 2, 0.5, 3, 4, 5, 6, 7}, "");
-  ASSERT_EQ(dpo.size(), 8u);
+  const auto dpo = preference_metrics("dpo", {1, 2, 0.5, 3, 4, 5, 6, 7, 8, 0.25}, "");
+  ASSERT_EQ(dpo.size(), 10u);
+  EXPECT_EQ(dpo[9], (std::pair<std::string, double>{"mean_token_accuracy", 0.25}));
   EXPECT_EQ(dpo[3], (std::pair<std::string, double>{"rewards/margins", 3}));
   EXPECT_EQ(preference_progress(dpo, ""), " | margin 3.0000 | acc 0.50");
 }
