@@ -360,6 +360,34 @@ void write_zero_adapter(const fs::path& base, const fs::path& dir) {
   io::save_peft_adapter(dir, start.config, start.adapters, (base / "base").string());
 }
 
+// The DPO tests' start in `dir`: 4 pairs (seed 8) and the llama fixture's adapter with B = 0
+// (adapter0). Returns the tokenizer folder TRL is given.
+fs::path write_dpo_start(const fs::path& base, const fs::path& dir) {
+  at::manual_seed(8);
+  write_pairs(
+      dir / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
+  write_zero_adapter(base, dir / "adapter0");
+  return fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+}
+
+// The loss and `rl`'s metrics of each of 10 logged steps within `relative` of TRL's (of the size
+// tolerance_scale gives), plus 1e-6 for values near 0.
+void expect_steps_near(const std::vector<nlohmann::json>& ours,
+                       const std::vector<nlohmann::json>& theirs,
+                       const std::string& rl,
+                       double relative) {
+  ASSERT_EQ(ours.size(), 10u);
+  ASSERT_EQ(theirs.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    std::vector<std::string> keys = {"loss"};
+    for (const auto& name : preference_metric_names(rl)) keys.push_back(name);
+    for (const auto& key : keys) {
+      const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
+      EXPECT_NEAR(a, b, relative * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
+    }
+  }
+}
+
 // rl: dpo and ipo against TRL's DPOTrainer (scripts/reference/preference_reference.py) on the same
 // pre-tokenized pairs, every pair in every step, from the same adapter with B = 0 (so TRL's
 // reference, the base with the adapter off, is where both start): the loss and TRL's metrics at
@@ -372,11 +400,7 @@ void write_zero_adapter(const fs::path& base, const fs::path& dir) {
 TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  at::manual_seed(8);
-  write_pairs(
-      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
-  write_zero_adapter(base, dir_ / "adapter0");
-  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  const auto tokenizer = write_dpo_start(base, dir_);
   for (const auto& [quant, rl] :
        std::vector<std::pair<std::string, std::string>>{{"fp32", "dpo"}, {"nf4", "dpo"}, {"fp32", "ipo"}}) {
     SCOPED_TRACE(quant + " " + rl);
@@ -389,18 +413,9 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
     const auto theirs = trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " +
                                  (dir_ / "pairs.jsonl").string() + " " + tokenizer.string() + " " + quant +
                                  " 10 0.002 3 0.1 " + (rl == "ipo" ? "ipo" : "sigmoid") + " 64");
+    expect_steps_near(ours, theirs, rl, quant == "nf4" ? 1e-3 : 2e-5);
     ASSERT_EQ(ours.size(), 10u);
-    ASSERT_EQ(theirs.size(), 10u);
     if (rl == "dpo") EXPECT_EQ(ours[0].at("loss").get<double>(), static_cast<double>(std::log(2.0F)));
-    for (size_t i = 0; i < 10; ++i) {
-      std::vector<std::string> keys = {"loss"};
-      for (const auto& name : preference_metric_names(rl)) keys.push_back(name);
-      for (const auto& key : keys) {
-        const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-        const double scale = tolerance_scale(key, theirs[i], 0.1, "");
-        EXPECT_NEAR(a, b, (quant == "nf4" ? 1e-3 : 2e-5) * scale + 1e-6) << key << " at step " << i + 1;
-      }
-    }
     EXPECT_LT(ours.back().at("loss").get<double>(), ours.front().at("loss").get<double>());
     EXPECT_GT(ours.back().at("rewards/margins").get<double>(), 0.0);
     if (quant != "fp32" || rl != "dpo") continue;
@@ -422,11 +437,7 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
 TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  at::manual_seed(8);
-  write_pairs(
-      dir_ / "pairs.jsonl", 4, [](int i) { return 2 + i % 3; }, [](int i) { return 4 - i % 2; });
-  write_zero_adapter(base, dir_ / "adapter0");
-  const fs::path tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  const auto tokenizer = write_dpo_start(base, dir_);
   struct Case {
     std::string types, weights, smoothing;
   };
@@ -456,16 +467,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
     const auto theirs =
         trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " + (dir_ / "pairs.jsonl").string() +
                  " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
-    ASSERT_EQ(ours.size(), 10u);
-    ASSERT_EQ(theirs.size(), 10u);
-    for (size_t i = 0; i < 10; ++i) {
-      std::vector<std::string> names = {"loss"};
-      for (const auto& metric : preference_metric_names("dpo")) names.push_back(metric);
-      for (const auto& key : names) {
-        const double a = ours[i].at(key).get<double>(), b = theirs[i].at(key).get<double>();
-        EXPECT_NEAR(a, b, 2e-5 * tolerance_scale(key, theirs[i], 0.1, "") + 1e-6) << key << " at step " << i + 1;
-      }
-    }
+    expect_steps_near(ours, theirs, "dpo", 2e-5);
   }
 }
 
