@@ -259,7 +259,7 @@ std::vector<RunConfigKey> preference_keys() {
        R"md(bool)md",
        R"md(`false`)md",
        "TRL",
-       R"md(`dpo`, `ipo` and `kto`: compute the reference's log-likelihoods of every pair (training and held-out; KTO's rows and their KL rows) in one pass before the first step, as TRL's DPOTrainer and KTOTrainer do, and read them in the steps instead of running the reference forward in each micro-batch (one forward fewer per micro-batch). A resumed run computes them again. Needs `rl: dpo`, `ipo` or `kto`. See PREFERENCE.md.)md",
+       R"md(`dpo`, `ipo` and `kto`: compute the reference's log-likelihoods of every pair (training and held-out; KTO's rows and their KL rows, which `apo_zero_unpaired` then does not read) in one pass before the first step, as TRL's DPOTrainer and KTOTrainer do, and read them in the steps instead of running the reference forward in each micro-batch (one forward fewer per micro-batch). A resumed run computes them again. Needs `rl: dpo`, `ipo` or `kto`. See PREFERENCE.md.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.precompute_ref_log_probs = r.boolean(key, c.precompute_ref_log_probs);
        },

@@ -486,6 +486,7 @@ at::Tensor CausalLM::head_sums(const at::Tensor& h, const at::Tensor& positions,
   TORCH_CHECK(positions.is_cpu(),
               "head_sums: the positions must be host data (selecting them on a device makes the host wait "
               "for it: Note [Host reads])");
+  TORCH_CHECK(!labels.defined() || labels.is_cpu(), "head_sums: the labels must be host data (Note [Host reads])");
   at::NoGradGuard no_grad;
   const auto weight = head_weight();
   constexpr int64_t kChunk = 256;  // positions per [chunk, V] block of logits
