@@ -477,7 +477,10 @@ at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& l
   return at::stack(rows);
 }
 
-at::Tensor CausalLM::head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels) const {
+at::Tensor CausalLM::head_sums(const at::Tensor& h,
+                               const at::Tensor& positions,
+                               const at::Tensor& labels,
+                               bool entropy) const {
   TORCH_CHECK(positions.sizes() == h.sizes().slice(0, 2),
               "positions ",
               positions.sizes(),
@@ -507,11 +510,14 @@ at::Tensor CausalLM::head_sums(const at::Tensor& h, const at::Tensor& positions,
       auto logits = ops::linear_dense(selected.narrow(0, i, count), weight, std::nullopt);
       if (config_.final_logit_softcap) logits = ops::softcap_logits(logits, *config_.final_logit_softcap);
       logits = logits.to(at::kFloat);
-      const auto log_probs = at::log_softmax(logits, -1);
-      const auto entropy = -(log_probs.exp() * log_probs).sum(-1);
-      const auto top1 = targets.defined() ? (logits.argmax(-1) == targets.narrow(0, i, count)).to(at::kFloat).sum()
-                                          : at::zeros({}, sum.options());
-      sum = sum + at::stack({logits.mean(-1).sum(), entropy.sum(), top1});
+      const auto zero = at::zeros({}, sum.options());
+      const auto entropy_sum = [&] {
+        const auto log_probs = at::log_softmax(logits, -1);
+        return (-(log_probs.exp() * log_probs).sum(-1)).sum();
+      };
+      const auto top1 =
+          targets.defined() ? (logits.argmax(-1) == targets.narrow(0, i, count)).to(at::kFloat).sum() : zero;
+      sum = sum + at::stack({logits.mean(-1).sum(), entropy ? entropy_sum() : zero, top1});
     }
     rows.push_back(sum);
   }

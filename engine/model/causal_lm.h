@@ -96,8 +96,8 @@ class CausalLM {
   // vocabulary (TRL's logits/chosen and logits/rejected), the entropy of their softmax (TRL's
   // entropy), and 1 where the largest (the first of equals) is at the token `labels` (long
   // [B, T], host data) holds one place later (TRL's mean_token_accuracy); each before the division
-  // by the positions. Undefined `labels`: that column is 0.
-  at::Tensor head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels) const;
+  // by the positions. Undefined `labels`, or `entropy` false: that column is 0 (and not computed).
+  at::Tensor head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels, bool entropy) const;
 
   // Every trainable tensor of the model: each layer's (its LoRA tensors and norms trained in
   // full), then the embeddings, the head and the final norm trained in full.

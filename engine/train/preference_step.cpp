@@ -108,9 +108,6 @@ std::string preference_progress(const std::vector<std::pair<std::string, double>
 
 namespace {
 
-// The reference's log-likelihoods of a batch's rows (Note [Preference batch]): the base with the
-// adapters off (Note [Adapters off]), or with the weights the run started from (Note [Reference
-// adapter]), under no gradient.
 // The model's log-likelihoods of a batch's rows as its weights stand, under no gradient.
 at::Tensor no_grad_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
   at::NoGradGuard no_grad;
@@ -118,6 +115,9 @@ at::Tensor no_grad_log_probs(TrainingRun& run, const at::Tensor& ids, const at::
   return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
 }
 
+// The reference's log-likelihoods of a batch's rows (Note [Preference batch]): the base with the
+// adapters off (Note [Adapters off]), or with the weights the run started from (Note [Reference
+// adapter]), under no gradient.
 at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
   if (run.reference) {
     const ReferenceWeightsOn starting(*run.reference);
@@ -237,7 +237,7 @@ PairBatch kto_batch(TrainingRun& run,
       rejected_positions += count;
     }
   }
-  const auto sums = lm.head_sums(h.detach(), positions, {});
+  const auto sums = lm.head_sums(h.detach(), positions, {}, /*entropy=*/true);
   const auto logit_sums = sums.select(1, 0);
   const auto chosen_weight = to_device(chosen);
   // TRL's entropy: over every completion token of the micro-batch (0 without any, and logged so).
@@ -313,7 +313,9 @@ PairBatch pair_batch(TrainingRun& run,
     r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
   }
   out.loss = r.loss;
-  const auto sums = lm.head_sums(h.detach(), logit_positions, with_reference ? b.labels : at::Tensor());
+  // ORPO and SimPO log neither entropy nor token accuracy.
+  const auto sums =
+      lm.head_sums(h.detach(), logit_positions, with_reference ? b.labels : at::Tensor(), /*entropy=*/with_reference);
   const auto positions = to_device(logit_positions.sum(1).to(at::kFloat));
   // The sum of column `k` of `sums` over `rows` rows from `first`, per position (0 without any).
   auto mean_of = [&](int64_t k, int64_t first, int64_t rows) {
