@@ -105,7 +105,6 @@ const std::vector<RefusedKey> kRefused = {
     {"push_to_hub", "qtrain does not upload; output_dir holds a PEFT adapter folder to upload"},
     {"push_dataset_to_hub", "qtrain does not upload; remove the key"},
     {"dpo_beta", "axolotl's older name of rl_beta; write rl_beta"},
-    {"dpo_use_weighting", "WPO's weighting of pairs is not implemented; remove the key"},
     {"dpo_norm_loss",
      "it length-normalised DPO through a TRL internal that TRL 1.16 no longer has; write dpo_loss_type: "
      "[sigmoid_norm] (TRL 1.16's DPO on per-token log-ratios)"},

@@ -281,6 +281,12 @@ struct RunConfig {
   std::vector<double> dpo_loss_weights;
   double dpo_label_smoothing = 0.0;
   double discopop_tau = 0.05;
+  // DPOTrainer's f_divergence_type and f_alpha_divergence_coef (f-DPO), ld_alpha (LD-DPO; unset:
+  // none) and use_weighting (WPO; axolotl's dpo_use_weighting), for rl: dpo and ipo.
+  std::string f_divergence_type = "reverse_kl";
+  double f_alpha_divergence_coef = 0.5;
+  std::optional<double> ld_alpha;
+  bool dpo_use_weighting = false;
   // DPO's, IPO's and KTO's reference computed once before training, this many pairs (KTO: rows) at a
   // time (0: micro_batch_size).
   bool precompute_ref_log_probs = false;

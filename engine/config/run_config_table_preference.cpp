@@ -33,6 +33,31 @@ const std::vector<std::string> kDpoLossTypes = {"sigmoid",
                                                 "aot_unpaired",
                                                 "sft"};
 
+// The losses that take another f-divergence than reverse_kl (TRL 1.16's f_divergence_loss_types:
+// those built on the difference of the chosen and rejected log-ratios).
+const std::vector<std::string> kFDivergenceLossTypes = {
+    "sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft"};
+
+// DPOTrainer's keys are rl: dpo's and rl: ipo's (ipo is DPOTrainer with loss_type ipo): `key`
+// (whose value is not its default, `set`) is refused with another rl.
+void refuse_outside_dpo(Reader& r, const RunConfig& c, const std::string& key, bool set) {
+  r.guard({key, "rl"}, [&] {
+    if (set && c.rl != "dpo" && c.rl != "ipo") {
+      fail(r.place_of(key),
+           key,
+           "is DPOTrainer's (rl: dpo or ipo), and rl is " + (c.rl.empty() ? std::string("not set") : c.rl) +
+               "; remove the key");
+    }
+  });
+}
+
+// The names of the run's DPO losses (dpo_losses').
+std::vector<std::string> dpo_loss_names(const RunConfig& c) {
+  std::vector<std::string> names;
+  for (const auto& [name, weight] : dpo_losses(c)) names.push_back(name);
+  return names;
+}
+
 }  // namespace
 
 std::vector<RunConfigKey> preference_keys() {
@@ -183,6 +208,92 @@ std::vector<RunConfigKey> preference_keys() {
          });
        },
        [](const RunConfig& c) -> std::string { return format_double(c.discopop_tau); }},
+      {"f_divergence_type",
+       section,
+       R"md(`reverse_kl` \| `forward_kl` \| `js_divergence` \| `alpha_divergence`)md",
+       R"md(`reverse_kl`)md",
+       "TRL",
+       R"md(f-DPO's divergence between the trained model and the reference (DPOTrainer's `f_divergence_type`): the losses built on the difference of the chosen and rejected log-ratios (`sigmoid`, `sigmoid_norm`, `hinge`, `ipo`, `exo_pair`, `robust`, `discopop`; `sft` reads no ratio) take it between the ratios' scores instead, `1 - exp(-logratio)` for `forward_kl`, `ln 2 + log sigmoid(logratio)` for `js_divergence`, `(exp((a - 1) logratio) - 1) / (a - 1)` for `alpha_divergence` with `a` = `f_alpha_divergence_coef`; `reverse_kl` is DPO's log-ratio itself. With another loss listed in `dpo_loss_type` only `reverse_kl` is accepted, as TRL refuses the rest. `rl: dpo` and `ipo`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.f_divergence_type = r.choice(key,
+                                        c.f_divergence_type,
+                                        {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"},
+                                        "reverse_kl is DPO's own");
+         const bool set = c.f_divergence_type != RunConfig{}.f_divergence_type;
+         refuse_outside_dpo(r, c, key, set);
+         r.guard({key, "dpo_loss_type", "rl"}, [&] {
+           if (!set) return;
+           std::vector<std::string> others;
+           for (const auto& name : dpo_loss_names(c)) {
+             if (std::find(kFDivergenceLossTypes.begin(), kFDivergenceLossTypes.end(), name) ==
+                 kFDivergenceLossTypes.end()) {
+               others.push_back(name);
+             }
+           }
+           if (!others.empty()) {
+             fail(r.place_of(key),
+                  key,
+                  c.f_divergence_type + " has no form for the " + join(others, ", ") +
+                      " loss (TRL 1.16 refuses it); use reverse_kl with it, or list only " +
+                      join(kFDivergenceLossTypes, ", ") + " in dpo_loss_type");
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return c.f_divergence_type; }},
+      {"f_alpha_divergence_coef",
+       section,
+       R"md(number)md",
+       R"md(`0.5`)md",
+       "TRL",
+       R"md(The `a` of `f_divergence_type: alpha_divergence` (DPOTrainer's `f_alpha_divergence_coef`); `1` is `reverse_kl`. Another value is refused with another divergence.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.f_alpha_divergence_coef =
+             r.number(key, c.f_alpha_divergence_coef, between(-1e6, 1e6), "use a coefficient, e.g. 0.5");
+         r.guard({key, "f_divergence_type"}, [&] {
+           if (c.f_alpha_divergence_coef != RunConfig{}.f_alpha_divergence_coef &&
+               c.f_divergence_type != "alpha_divergence") {
+             fail(r.place_of(key),
+                  key,
+                  "is alpha_divergence's, and f_divergence_type is " + c.f_divergence_type +
+                      "; set f_divergence_type: alpha_divergence, or remove the key");
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return format_double(c.f_alpha_divergence_coef); }},
+      {"ld_alpha",
+       section,
+       R"md(number in [0, 1])md",
+       R"md(none)md",
+       "TRL",
+       R"md(LD-DPO's weight of a completion's verbose part (DPOTrainer's `ld_alpha`): each log-likelihood of a pair, the model's and the reference's, counts the first `min(chosen, rejected)` predicted tokens of its completion in full and the rest times this, so a longer completion is not preferred for its length; `1` is DPO, `0` drops the tail. The metrics read the weighted log-likelihoods (as TRL's); the `sft` loss the plain ones. `rl: dpo` and `ipo`. Absent or null: no weighting.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         if (r.find(key) != nullptr) {
+           c.ld_alpha = r.number(key, 1.0, between(0, 1), "use a weight in [0, 1], e.g. 0.5");
+         }
+         refuse_outside_dpo(r, c, key, c.ld_alpha.has_value());
+       },
+       [](const RunConfig& c) -> std::string { return c.ld_alpha ? format_double(*c.ld_alpha) : "null"; }},
+      {"dpo_use_weighting",
+       section,
+       R"md(bool)md",
+       R"md(`false`)md",
+       "axolotl",
+       R"md(WPO's weighting (DPOTrainer's `use_weighting`): each pair's loss is multiplied by `w_chosen * w_rejected`, `w` the exponential of the completion's mean over its predicted tokens of `log p(token) - log sum_v p_v^2` under the trained model (no gradient), so pairs that are likely under the model as it stands count more. Refused with `aot` and `aot_unpaired` (they sort the pairs; TRL refuses them too). `rl: dpo` and `ipo`.)md",
+       [](Reader& r, RunConfig& c, const std::string& key) {
+         c.dpo_use_weighting = r.boolean(key, c.dpo_use_weighting);
+         refuse_outside_dpo(r, c, key, c.dpo_use_weighting);
+         r.guard({key, "dpo_loss_type"}, [&] {
+           for (const auto& name : dpo_loss_names(c)) {
+             if (c.dpo_use_weighting && (name == "aot" || name == "aot_unpaired")) {
+               fail(r.place_of(key),
+                    key,
+                    "cannot weigh the " + name +
+                        " loss, which sorts the pairs (TRL refuses it too); remove the key or that loss");
+             }
+           }
+         });
+       },
+       [](const RunConfig& c) -> std::string { return c.dpo_use_weighting ? "true" : "false"; }},
       {"orpo_alpha",
        section,
        R"md(number > 0)md",

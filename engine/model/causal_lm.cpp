@@ -460,19 +460,37 @@ std::pair<at::Tensor, int64_t> CausalLM::loss_sum(const at::Tensor& h,
   return {sum, count};
 }
 
-at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const {
+at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h,
+                                        const at::Tensor& labels,
+                                        const at::Tensor& token_weights) const {
   TORCH_CHECK(labels.sizes() == h.sizes().slice(0, 2),
               "labels ",
               labels.sizes(),
               " do not match the batch ",
               h.sizes().slice(0, 2));
+  TORCH_CHECK(!token_weights.defined() || token_weights.sizes() == labels.sizes(),
+              "token weights ",
+              token_weights.sizes(),
+              " do not match the labels ",
+              labels.sizes());
   const auto shifted = shifted_labels(labels, device_);
+  // Shifted as the labels: position t's weight is that of the token it predicts.
+  const auto shifted_weights = token_weights.defined()
+                                   ? at::cat({token_weights.narrow(1, 1, token_weights.size(1) - 1),
+                                              at::zeros({token_weights.size(0), 1}, token_weights.options())},
+                                             1)
+                                   : at::Tensor();
   const auto chunk =
       ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   const auto weight = head_weight();
   std::vector<at::Tensor> rows;
   for (int64_t r = 0; r < h.size(0); ++r) {
-    rows.push_back(-ops::chunked_cross_entropy_sum(h[r], weight, shifted[r], chunk, config_.final_logit_softcap));
+    rows.push_back(-ops::chunked_cross_entropy_sum(h[r],
+                                                   weight,
+                                                   shifted[r],
+                                                   chunk,
+                                                   config_.final_logit_softcap,
+                                                   shifted_weights.defined() ? shifted_weights[r] : at::Tensor()));
   }
   return at::stack(rows);
 }
@@ -480,7 +498,7 @@ at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h, const at::Tensor& l
 at::Tensor CausalLM::head_sums(const at::Tensor& h,
                                const at::Tensor& positions,
                                const at::Tensor& labels,
-                               bool entropy) const {
+                               HeadSumsOf of) const {
   TORCH_CHECK(positions.sizes() == h.sizes().slice(0, 2),
               "positions ",
               positions.sizes(),
@@ -504,20 +522,24 @@ at::Tensor CausalLM::head_sums(const at::Tensor& h,
                   labels[r].narrow(0, 1, labels.size(1) - 1).index_select(0, chosen.clamp_max(labels.size(1) - 2)),
                   device_)
             : at::Tensor();
-    auto sum = at::zeros({3}, h.options().dtype(at::kFloat));
+    auto sum = at::zeros({4}, h.options().dtype(at::kFloat));
+    const bool wpo = of.wpo && targets.defined();
     for (int64_t i = 0; i < selected.size(0); i += kChunk) {
       const int64_t count = std::min(kChunk, selected.size(0) - i);
       auto logits = ops::linear_dense(selected.narrow(0, i, count), weight, std::nullopt);
       if (config_.final_logit_softcap) logits = ops::softcap_logits(logits, *config_.final_logit_softcap);
       logits = logits.to(at::kFloat);
       const auto zero = at::zeros({}, sum.options());
-      const auto entropy_sum = [&] {
-        const auto log_probs = at::log_softmax(logits, -1);
-        return (-(log_probs.exp() * log_probs).sum(-1)).sum();
+      const auto log_probs = of.entropy || wpo ? at::log_softmax(logits, -1) : at::Tensor();
+      const auto entropy_sum = [&] { return (-(log_probs.exp() * log_probs).sum(-1)).sum(); };
+      // log p(token) - log sum_v p_v^2, the latter as logsumexp(2 log p).
+      const auto wpo_sum = [&] {
+        const auto target = log_probs.gather(1, targets.narrow(0, i, count).unsqueeze(1)).squeeze(1);
+        return (target - at::logsumexp(2 * log_probs, -1)).sum();
       };
       const auto top1 =
           targets.defined() ? (logits.argmax(-1) == targets.narrow(0, i, count)).to(at::kFloat).sum() : zero;
-      sum = sum + at::stack({logits.mean(-1).sum(), entropy ? entropy_sum() : zero, top1});
+      sum = sum + at::stack({logits.mean(-1).sum(), of.entropy ? entropy_sum() : zero, top1, wpo ? wpo_sum() : zero});
     }
     rows.push_back(sum);
   }

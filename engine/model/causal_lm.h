@@ -89,15 +89,26 @@ class CausalLM {
   // Per row of h [B, T, H] (after final_norm): the summed log-probabilities of the tokens it
   // predicts (labels [B, T] != -100 after the shift), float32 [B], differentiable: a sequence's
   // log-likelihood, what preference objectives compare (TRL's per-token log_probs, summed). Through
-  // the same chunked cross-entropy as loss_sum, a row at a time.
-  at::Tensor sequence_log_probs(const at::Tensor& h, const at::Tensor& labels) const;
+  // the same chunked cross-entropy as loss_sum, a row at a time. With `token_weights` (float32
+  // [B, T] on the model's device, the weight of each token of `labels`) each token's
+  // log-probability counts that many times (LD-DPO's weighting, Note [DPO loss]).
+  at::Tensor sequence_log_probs(const at::Tensor& h,
+                                const at::Tensor& labels,
+                                const at::Tensor& token_weights = {}) const;
+  // The columns of head_sums that cost a pass over the vocabulary's softmax.
+  struct HeadSumsOf {
+    bool entropy = false;
+    bool wpo = false;  // needs labels
+  };
   // Per row, sums over the positions where `positions` (bool [B, T], host data) is true, float32
-  // [B, 3], without gradient, of the logits (soft-capped where the model caps): their mean over the
+  // [B, 4], without gradient, of the logits (soft-capped where the model caps): their mean over the
   // vocabulary (TRL's logits/chosen and logits/rejected), the entropy of their softmax (TRL's
-  // entropy), and 1 where the largest (the first of equals) is at the token `labels` (long
-  // [B, T], host data) holds one place later (TRL's mean_token_accuracy); each before the division
-  // by the positions. Undefined `labels`, or `entropy` false: that column is 0 (and not computed).
-  at::Tensor head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels, bool entropy) const;
+  // entropy), 1 where the largest (the first of equals) is at the token `labels` (long [B, T],
+  // host data) holds one place later (TRL's mean_token_accuracy), and that token's log-probability
+  // less the log of the sum of the squared probabilities (WPO's alignment, TRL's log_probs -
+  // log_sum_sq_probs); each before the division by the positions. Undefined `labels`, or a column
+  // `of` leaves out: that column is 0 (and not computed).
+  at::Tensor head_sums(const at::Tensor& h, const at::Tensor& positions, const at::Tensor& labels, HeadSumsOf of) const;
 
   // Every trainable tensor of the model: each layer's (its LoRA tensors and norms trained in
   // full), then the embeddings, the head and the final norm trained in full.

@@ -35,7 +35,33 @@ DpoLoss dpo_loss_named(const std::string& name) {
   return it->second;
 }
 
+FDivergence f_divergence_named(const std::string& name) {
+  if (name == "reverse_kl") return FDivergence::reverse_kl;
+  if (name == "forward_kl") return FDivergence::forward_kl;
+  if (name == "js_divergence") return FDivergence::js_divergence;
+  if (name == "alpha_divergence") return FDivergence::alpha_divergence;
+  TORCH_CHECK(false, "no f-divergence named ", name);
+}
+
 namespace {
+
+// f'(exp(logratios)), the score of a log-ratio under divergence `o.f_divergence` (Note [DPO loss]).
+at::Tensor f_divergence_score(const at::Tensor& logratios, const DpoOptions& o) {
+  switch (o.f_divergence) {
+    case FDivergence::reverse_kl:
+      return logratios;
+    case FDivergence::forward_kl:
+      return 1 - at::exp(-logratios);
+    case FDivergence::js_divergence:
+      return std::log(2.0) + at::log_sigmoid(logratios);
+    case FDivergence::alpha_divergence: {
+      const double a = o.f_alpha_divergence_coef;
+      if (std::abs(a - 1.0) < 1e-6) return logratios;  // the limit f'(t) = log t
+      return (at::exp(((a - 1.0) * logratios).clamp_max(80.0)) - 1.0) * (1.0 / (a - 1.0));
+    }
+  }
+  TORCH_CHECK(false, "unknown f-divergence");
+}
 
 // log(1 - e^x) for x < 0, as TRL's ORPOTrainer computes it.
 at::Tensor log1mexp(const at::Tensor& x) {
@@ -58,9 +84,13 @@ at::Tensor dpo_pair_loss(DpoLoss type, const PairLogps& p, const DpoOptions& o) 
   const double beta = o.beta, eps = o.label_smoothing;
   const auto chosen_logratios = p.chosen - p.ref_chosen;
   const auto rejected_logratios = p.rejected - p.ref_rejected;
-  const auto delta = chosen_logratios - rejected_logratios;
+  // The losses that take a divergence read the difference of the scores (of the log-ratios
+  // themselves under reverse_kl); the others read the log-ratios.
+  const auto chosen_scores = f_divergence_score(chosen_logratios, o);
+  const auto rejected_scores = f_divergence_score(rejected_logratios, o);
+  const auto delta = chosen_scores - rejected_scores;
   const auto per_token_delta = [&] {
-    return chosen_logratios / p.chosen_tokens.clamp_min(1.0) - rejected_logratios / p.rejected_tokens.clamp_min(1.0);
+    return chosen_scores / p.chosen_tokens.clamp_min(1.0) - rejected_scores / p.rejected_tokens.clamp_min(1.0);
   };
   const auto c = beta * chosen_logratios, r = beta * rejected_logratios;
   switch (type) {
@@ -88,7 +118,7 @@ at::Tensor dpo_pair_loss(DpoLoss type, const PairLogps& p, const DpoOptions& o) 
     case DpoLoss::apo_zero:
       return 1 - at::sigmoid(c) + at::sigmoid(r);
     case DpoLoss::apo_down:
-      return at::sigmoid(c) + (1 - at::sigmoid(beta * delta));
+      return at::sigmoid(c) + (1 - at::sigmoid(beta * (chosen_logratios - rejected_logratios)));
     case DpoLoss::discopop: {
       const auto x = beta * delta;
       const auto m = at::sigmoid(x / o.discopop_tau);
@@ -98,8 +128,10 @@ at::Tensor dpo_pair_loss(DpoLoss type, const PairLogps& p, const DpoOptions& o) 
       return smoothed_sigmoid_loss(beta * (sorted(p.chosen - p.rejected) - sorted(p.ref_chosen - p.ref_rejected)), eps);
     case DpoLoss::aot_unpaired:
       return smoothed_sigmoid_loss(beta * (sorted(chosen_logratios) - sorted(rejected_logratios)), eps);
-    case DpoLoss::sft:
-      return (-p.chosen.sum() / p.chosen_predicted.sum().clamp_min(1.0)).expand_as(p.chosen);
+    case DpoLoss::sft: {
+      const auto& chosen = p.chosen_sft.defined() ? p.chosen_sft : p.chosen;
+      return (-chosen.sum() / p.chosen_predicted.sum().clamp_min(1.0)).expand_as(chosen);
+    }
   }
   TORCH_CHECK(false, "unknown DPO loss");
 }
@@ -109,7 +141,8 @@ at::Tensor dpo_pair_loss(DpoLoss type, const PairLogps& p, const DpoOptions& o) 
 PreferenceLoss dpo_loss(const PairLogps& p, const DpoOptions& o) {
   at::Tensor loss;
   for (const auto& [type, weight] : o.losses) {
-    const auto term = dpo_pair_loss(type, p, o).mean() * weight;
+    const auto losses = dpo_pair_loss(type, p, o);
+    const auto term = (p.weights.defined() ? losses * p.weights : losses).mean() * weight;
     loss = loss.defined() ? loss + term : term;
   }
   const auto chosen_rewards = o.beta * (p.chosen - p.ref_chosen).detach();

@@ -27,7 +27,22 @@
 // where c = beta * chosen_logratio, r = beta * rejected_logratio, and |chosen| counts the
 // completion's tokens (IPO's length normalisation, TRL's choice). A micro-batch's loss is the sum
 // over the configured losses of weight * (the mean over its pairs), in float32 (TRL's loss_type
-// list with its loss_weights; axolotl's dpo_loss_type and dpo_loss_weights). At the start the
+// list with its loss_weights; axolotl's dpo_loss_type and dpo_loss_weights).
+// TRL's three variations of these, each off by default:
+//   - f_divergence_type (f-DPO): the losses built on the difference of the two log-ratios (sigmoid,
+//     hinge, ipo, sigmoid_norm, robust, exo_pair, discopop) take it between scores f'(ratio)
+//     instead: reverse_kl the log-ratio itself (DPO), forward_kl 1 - exp(-logratio), js_divergence
+//     ln 2 + log sigmoid(logratio), alpha_divergence (exp((a - 1) logratio) - 1) / (a - 1) with
+//     (a - 1) logratio capped at 80 (a = f_alpha_divergence_coef; a = 1 is reverse_kl). The other
+//     losses have no such form: TRL refuses them with another divergence, and so does the run config.
+//   - ld_alpha (LD-DPO): a completion's log-likelihood, the model's and the reference's, sums its
+//     first min(|chosen|, |rejected|) predicted tokens as they are and the rest times ld_alpha,
+//     so the longer completion's tail counts less; every value above reads these (the metrics too),
+//     but sft, which reads the chosen completions' plain log-likelihoods (chosen_sft).
+//   - use_weighting (WPO): each pair's loss, of every configured loss, is multiplied by w_chosen *
+//     w_rejected (no gradient), w = exp(mean over the completion's predicted tokens of log p(token)
+//     - log sum_v p_v^2) under the trained model (PairLogps::weights).
+// At the start the
 // adapter is a no-op (B = 0), the log-ratios are 0 and the sigmoid loss is ln 2. The metrics, each
 // a mean over the micro-batch's pairs as TRL logs them, whatever the losses: rewards/chosen = beta *
 // chosen_logratio, rewards/rejected, rewards/accuracies (the fraction of pairs whose chosen reward
@@ -98,11 +113,18 @@ enum class DpoLoss {
 // The loss of TRL's name `name` (the run config's dpo_loss_type); throws on another name.
 DpoLoss dpo_loss_named(const std::string& name);
 
+enum class FDivergence { reverse_kl, forward_kl, js_divergence, alpha_divergence };
+
+// The divergence of TRL's name `name` (the run config's f_divergence_type); throws on another name.
+FDivergence f_divergence_named(const std::string& name);
+
 struct DpoOptions {
   double beta = 0.1;
   std::vector<std::pair<DpoLoss, double>> losses = {{DpoLoss::sigmoid, 1.0}};  // loss, weight
   double label_smoothing = 0.0;  // eps of robust, exo_pair, aot and aot_unpaired
   double discopop_tau = 0.05;
+  FDivergence f_divergence = FDivergence::reverse_kl;
+  double f_alpha_divergence_coef = 0.5;
 };
 
 // Per pair, float32 [B].
@@ -111,6 +133,8 @@ struct PairLogps {
   at::Tensor ref_chosen, ref_rejected;        // the reference's
   at::Tensor chosen_tokens, rejected_tokens;  // the completions' tokens
   at::Tensor chosen_predicted;                // the chosen completions' tokens that a position predicts
+  at::Tensor weights = {};                    // WPO's weight of each pair, no gradient; undefined: 1
+  at::Tensor chosen_sft = {};                 // sft's chosen log-likelihoods where LD-DPO weighs `chosen`
 };
 
 struct PreferenceLoss {

@@ -108,23 +108,62 @@ std::string preference_progress(const std::vector<std::pair<std::string, double>
 
 namespace {
 
-// The model's log-likelihoods of a batch's rows as its weights stand, under no gradient.
-at::Tensor no_grad_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
+// The model's log-likelihoods of a batch's rows as its weights stand, under no gradient, each token
+// weighted by `token_weights` (undefined: 1 each).
+at::Tensor no_grad_log_probs(TrainingRun& run,
+                             const at::Tensor& ids,
+                             const at::Tensor& labels,
+                             const at::Tensor& token_weights = {}) {
   at::NoGradGuard no_grad;
   auto& scheduler = *run.scheduler;
-  return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels);
+  return run.lm->sequence_log_probs(scheduler.eval_hidden(scheduler.prepare_eval(), ids), labels, token_weights);
 }
 
 // The reference's log-likelihoods of a batch's rows (Note [Preference batch]): the base with the
 // adapters off (Note [Adapters off]), or with the weights the run started from (Note [Reference
 // adapter]), under no gradient.
-at::Tensor reference_log_probs(TrainingRun& run, const at::Tensor& ids, const at::Tensor& labels) {
+at::Tensor reference_log_probs(TrainingRun& run,
+                               const at::Tensor& ids,
+                               const at::Tensor& labels,
+                               const at::Tensor& token_weights = {}) {
   if (run.reference) {
     const ReferenceWeightsOn starting(*run.reference);
-    return no_grad_log_probs(run, ids, labels);
+    return no_grad_log_probs(run, ids, labels, token_weights);
   }
   const lora::AdaptersOff off;
-  return no_grad_log_probs(run, ids, labels);
+  return no_grad_log_probs(run, ids, labels, token_weights);
+}
+
+// LD-DPO's weight of each token of a micro-batch of pairs (Note [DPO loss]), float32 [2B, T] like
+// its labels (host data): a completion's first min(|chosen|, |rejected|) predicted tokens weigh 1,
+// the rest `alpha`, everything else 0. |.| counts the tokens a position predicts (from the second).
+at::Tensor ld_token_weights(const data::PreferenceBatch& b, double alpha) {
+  const int64_t n = b.pairs, t = b.labels.size(1);
+  const auto labels = b.labels.accessor<int64_t, 2>();
+  auto weights = at::zeros(b.labels.sizes(), at::kFloat);
+  auto w = weights.accessor<float, 2>();
+  const auto predicted = [&](int64_t row) {
+    int64_t count = 0;
+    for (int64_t j = 1; j < t; ++j) count += labels[row][j] != ops::kIgnoreIndex ? 1 : 0;
+    return count;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t shared = std::min(predicted(i), predicted(n + i));
+    for (const int64_t row : {i, n + i}) {
+      int64_t k = 0;
+      for (int64_t j = 1; j < t; ++j) {
+        if (labels[row][j] == ops::kIgnoreIndex) continue;
+        w[row][j] = ++k <= shared ? 1.0F : static_cast<float>(alpha);
+      }
+    }
+  }
+  return weights;
+}
+
+// The token weights of a micro-batch of pairs for run config `c`, on `device`: LD-DPO's with
+// ld_alpha, else undefined (each token once).
+at::Tensor token_weights_of(const data::PreferenceBatch& b, const config::RunConfig& c, const at::Device& device) {
+  return c.ld_alpha ? ops::to_device_async(ld_token_weights(b, *c.ld_alpha), device) : at::Tensor();
 }
 
 // Rank r's micro-batches of `pairs`, batch_size pairs at a time: batches r, r + world_size, ...;
@@ -237,7 +276,7 @@ PairBatch kto_batch(TrainingRun& run,
       rejected_positions += count;
     }
   }
-  const auto sums = lm.head_sums(h.detach(), positions, {}, /*entropy=*/true);
+  const auto sums = lm.head_sums(h.detach(), positions, {}, {.entropy = true});
   const auto logit_sums = sums.select(1, 0);
   const auto chosen_weight = to_device(chosen);
   // TRL's entropy: over every completion token of the micro-batch (0 without any, and logged so).
@@ -263,38 +302,59 @@ PairBatch pair_batch(TrainingRun& run,
   const auto& lm = *run.lm;
   const auto& device = run.options.device;
   const bool with_reference = !reference_free(c.rl);
-  DpoOptions dpo{c.rl_beta, {}, c.dpo_label_smoothing, c.discopop_tau};
+  DpoOptions dpo{c.rl_beta,
+                 {},
+                 c.dpo_label_smoothing,
+                 c.discopop_tau,
+                 f_divergence_named(c.f_divergence_type),
+                 c.f_alpha_divergence_coef};
   for (const auto& [name, weight] : config::dpo_losses(c)) dpo.losses.emplace_back(dpo_loss_named(name), weight);
+  const bool sft =
+      std::any_of(dpo.losses.begin(), dpo.losses.end(), [](const auto& loss) { return loss.first == DpoLoss::sft; });
   const ReferenceFreeOptions free{
       reference_free_objective(c.rl), c.rl == "orpo" ? c.orpo_alpha : c.rl_beta, c.simpo_gamma, c.cpo_alpha};
   const auto b = data::collate_pairs(pairs, c.sequence_len, run.pad_id);
   // Host data on the device without a host synchronization (Note [Host reads]).
   const auto to_device = [&](const at::Tensor& t) { return ops::to_device_async(t, device); };
   const auto ids = to_device(b.input_ids), labels = to_device(b.labels);
+  // LD-DPO's token weights (undefined without ld_alpha): the model's and the reference's alike.
+  const auto token_weights = with_reference ? token_weights_of(b, c, device) : at::Tensor();
   at::Tensor ref;
   if (with_reference)
-    ref = pairs.front().reference ? precomputed(pairs, device) : reference_log_probs(run, ids, labels);
+    ref = pairs.front().reference ? precomputed(pairs, device) : reference_log_probs(run, ids, labels, token_weights);
   PairBatch out;
   const auto h = model_hidden(run, plan, ids, labels, c, out.aux);
-  const auto logps = lm.sequence_log_probs(h, labels);
+  const auto logps = lm.sequence_log_probs(h, labels, token_weights);
   const int64_t n = b.pairs;
   // The completion's tokens (IPO's length), and those the positions predict (the averages').
   const auto completion = to_device((b.labels != ops::kIgnoreIndex).sum(1).to(at::kFloat));
   const auto predicted = to_device(predicting(b.labels).sum(1).to(at::kFloat));
-  PreferenceLoss r;
   // The positions whose logits TRL averages: DPO's predict a completion token, ORPO's are every
   // token of the row but its last, CPO's (SimPO's) every token (TRL's also take the padding's).
-  at::Tensor logit_positions;
+  const auto logit_positions = with_reference   ? predicting(b.labels)
+                               : c.rl == "orpo" ? predicting(b.row_labels)
+                                                : b.row_labels != ops::kIgnoreIndex;
+  // ORPO and SimPO log neither entropy nor token accuracy.
+  const bool wpo = with_reference && c.dpo_use_weighting;
+  const auto sums = lm.head_sums(
+      h.detach(), logit_positions, with_reference ? b.labels : at::Tensor(), {.entropy = with_reference, .wpo = wpo});
+  PreferenceLoss r;
   if (with_reference) {
-    r = dpo_loss({logps.narrow(0, 0, n),
-                  logps.narrow(0, n, n),
-                  ref.narrow(0, 0, n),
-                  ref.narrow(0, n, n),
-                  completion.narrow(0, 0, n),
-                  completion.narrow(0, n, n),
-                  predicted.narrow(0, 0, n)},
-                 dpo);
-    logit_positions = predicting(b.labels);
+    PairLogps p{logps.narrow(0, 0, n),
+                logps.narrow(0, n, n),
+                ref.narrow(0, 0, n),
+                ref.narrow(0, n, n),
+                completion.narrow(0, 0, n),
+                completion.narrow(0, n, n),
+                predicted.narrow(0, 0, n)};
+    if (wpo) {
+      // WPO: exp of each completion's mean alignment over its predicted tokens, a pair's product.
+      const auto w = at::exp(sums.select(1, 3) / predicted.clamp_min(1));
+      p.weights = w.narrow(0, 0, n) * w.narrow(0, n, n);
+    }
+    // sft reads the chosen completions' log-likelihoods unweighted (TRL's per-token sum).
+    if (sft && token_weights.defined()) p.chosen_sft = lm.sequence_log_probs(h.narrow(0, 0, n), labels.narrow(0, 0, n));
+    r = dpo_loss(p, dpo);
   } else {
     const auto avg = logps / predicted.clamp_min(1);
     at::Tensor nll;
@@ -303,19 +363,14 @@ PairBatch pair_batch(TrainingRun& run,
       const auto chosen_rows = b.row_labels.narrow(0, 0, n);
       const auto tokens = to_device(predicting(chosen_rows).sum().to(at::kFloat));
       nll = -lm.sequence_log_probs(h.narrow(0, 0, n), to_device(chosen_rows)).sum() / tokens;
-      logit_positions = predicting(b.row_labels);
     } else {
       // Over the chosen completions; CPOTrainer computes none where cpo_alpha is 0.
       nll = free.cpo_alpha == 0 ? at::zeros({}, logps.options())
                                 : -logps.narrow(0, 0, n).sum() / predicted.narrow(0, 0, n).sum();
-      logit_positions = b.row_labels != ops::kIgnoreIndex;
     }
     r = reference_free_loss(avg.narrow(0, 0, n), avg.narrow(0, n, n), nll, free);
   }
   out.loss = r.loss;
-  // ORPO and SimPO log neither entropy nor token accuracy.
-  const auto sums =
-      lm.head_sums(h.detach(), logit_positions, with_reference ? b.labels : at::Tensor(), /*entropy=*/with_reference);
   const auto positions = to_device(logit_positions.sum(1).to(at::kFloat));
   // The sum of column `k` of `sums` over `rows` rows from `first`, per position (0 without any).
   auto mean_of = [&](int64_t k, int64_t first, int64_t rows) {
@@ -378,8 +433,10 @@ void precompute_reference(TrainingRun& run, const config::RunConfig& c, dist::Co
         [&](const std::vector<data::PreferencePair>& batch, size_t first) {
           const auto b = data::collate_pairs(batch, c.sequence_len, run.pad_id);
           values.narrow(0, static_cast<int64_t>(2 * first), static_cast<int64_t>(2 * batch.size()))
-              .copy_(reference_log_probs(
-                  run, ops::to_device_async(b.input_ids, device), ops::to_device_async(b.labels, device)));
+              .copy_(reference_log_probs(run,
+                                         ops::to_device_async(b.input_ids, device),
+                                         ops::to_device_async(b.labels, device),
+                                         token_weights_of(b, c, device)));
           // Rank 0 prints (RankConsole); its batch opens each round of world_size batches.
           const size_t done = std::min(n, first + world * batch_size);
           if (done == n || ++calls % 64 == 0) {

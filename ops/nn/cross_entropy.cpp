@@ -27,9 +27,10 @@ at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext
                                                 const at::Tensor& h,
                                                 const at::Tensor& weight,
                                                 const at::Tensor& labels,
+                                                const std::optional<at::Tensor>& token_weights,
                                                 int64_t chunk_tokens,
                                                 double softcap) {
-  ctx->save_for_backward({h, weight, labels});
+  ctx->save_for_backward({h, weight, labels, token_weights.value_or(at::Tensor())});
   ctx->saved_data["chunk"] = chunk_tokens;
   ctx->saved_data["softcap"] = softcap;
   auto total = at::zeros({}, h.options().dtype(at::kFloat));
@@ -39,7 +40,8 @@ at::Tensor ChunkedCrossEntropyFunction::forward(torch::autograd::AutogradContext
     const auto valid = lab != kIgnoreIndex;
     const auto logits = chunk_logits(h.narrow(0, s, n), weight, softcap).first.to(at::kFloat);  // [n, V]
     const auto target = logits.gather(1, lab.clamp_min(0).unsqueeze(1)).squeeze(1);
-    total += ((at::logsumexp(logits, 1) - target) * valid).sum();  // logsumexp: one [n, V] temporary
+    const auto losses = (at::logsumexp(logits, 1) - target) * valid;  // logsumexp: one [n, V] temporary
+    total += (token_weights ? losses * token_weights->narrow(0, s, n) : losses).sum();
   }
   return total;
 }
@@ -50,6 +52,7 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
   const auto& h = saved[0];
   const auto& weight = saved[1];
   const auto& labels = saved[2];
+  const auto& token_weights = saved[3];
   const int64_t chunk = ctx->saved_data.at("chunk").toInt();
   const double softcap = ctx->saved_data.at("softcap").toDouble();
   const auto g = grad_out[0].to(at::kFloat);
@@ -72,6 +75,7 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
     logits = at::Tensor();
     dlogits.scatter_add_(1, lab.clamp_min(0).unsqueeze(1), at::full({n, 1}, -1.0f, dlogits.options()));
     dlogits.mul_(valid).mul_(g);
+    if (token_weights.defined()) dlogits.mul_(token_weights.narrow(0, s, n).unsqueeze(1));
     if (tanh.defined()) {
       // Through the cap: d(cap * tanh(z / cap))/dz = 1 - tanh^2 (in float32 `to` returns tanh
       // itself, which nothing reads after this).
@@ -83,7 +87,12 @@ torch::autograd::variable_list ChunkedCrossEntropyFunction::backward(torch::auto
     if (need_h) grad_h.narrow(0, s, n).copy_(at::matmul(dlogits, weight));
     if (need_w) grad_w.add_(at::matmul(dlogits.t(), hc).to(at::kFloat));
   }
-  return {grad_h, need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  return {grad_h,
+          need_w ? grad_w.to(weight.scalar_type()) : at::Tensor(),
+          at::Tensor(),
+          at::Tensor(),
+          at::Tensor(),
+          at::Tensor()};
 }
 
 int64_t cross_entropy_bytes_per_logit(at::ScalarType dtype, bool softcap) {
@@ -101,7 +110,8 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
                                      const at::Tensor& weight,
                                      const at::Tensor& labels,
                                      int64_t chunk_tokens,
-                                     std::optional<double> softcap) {
+                                     std::optional<double> softcap,
+                                     const at::Tensor& token_weights) {
   TORCH_CHECK(h.dim() == 2 && weight.dim() == 2 && h.size(1) == weight.size(1),
               "chunked_cross_entropy: h ",
               h.sizes(),
@@ -115,6 +125,13 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
               labels.scalar_type(),
               " ",
               labels.sizes());
+  TORCH_CHECK(
+      !token_weights.defined() || (token_weights.dim() == 1 && token_weights.size(0) == h.size(0) &&
+                                   token_weights.scalar_type() == at::kFloat && token_weights.device() == h.device()),
+      "chunked_cross_entropy: token_weights must be float32 [",
+      h.size(0),
+      "] on ",
+      h.device());
   TORCH_CHECK(chunk_tokens > 0, "chunked_cross_entropy: chunk_tokens must be positive, got ", chunk_tokens);
   TORCH_CHECK(!softcap || *softcap > 0, "chunked_cross_entropy: softcap must be positive, got ", softcap.value_or(0));
   // Checked where the labels are host data; on a device the check would make the host wait for
@@ -128,7 +145,12 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
               ") and is not the ignore index ",
               kIgnoreIndex,
               " (the dataset and the model disagree on the vocabulary)");
-  return ChunkedCrossEntropyFunction::apply(h, weight, labels, chunk_tokens, softcap.value_or(0.0));
+  return ChunkedCrossEntropyFunction::apply(h,
+                                            weight,
+                                            labels,
+                                            token_weights.defined() ? std::optional(token_weights) : std::nullopt,
+                                            chunk_tokens,
+                                            softcap.value_or(0.0));
 }
 
 }  // namespace qtrain::ops

@@ -42,12 +42,15 @@ int64_t cross_entropy_chunk_tokens(int64_t vocab, at::ScalarType dtype, bool sof
 // float32 over logits computed in h's dtype, as transformers does); gradients flow to h and, if
 // it requires grad, to weight. Divide by the number of predicted tokens for the mean. With
 // `softcap`, the logits are capped in h's dtype before the float32 log-softmax, as transformers'
-// Gemma2ForCausalLM caps them before its loss.
+// Gemma2ForCausalLM caps them before its loss. With `token_weights` (float32 [N], on h's device)
+// each token's loss counts that many times in the sum (LD-DPO's weighting of a completion's
+// tokens); undefined: once each.
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& h,
                                      const at::Tensor& weight,
                                      const at::Tensor& labels,
                                      int64_t chunk_tokens,
-                                     std::optional<double> softcap = std::nullopt);
+                                     std::optional<double> softcap = std::nullopt,
+                                     const at::Tensor& token_weights = {});
 
 // logits: [..., V] -> softcap * tanh(logits / softcap) in logits' dtype.
 at::Tensor softcap_logits(const at::Tensor& logits, double softcap);
@@ -57,6 +60,7 @@ struct ChunkedCrossEntropyFunction : public torch::autograd::Function<ChunkedCro
                             const at::Tensor& h,
                             const at::Tensor& weight,
                             const at::Tensor& labels,
+                            const std::optional<at::Tensor>& token_weights,  // none: 1 each
                             int64_t chunk_tokens,
                             double softcap);  // 0: none
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

@@ -12,7 +12,9 @@ With --eval the trainer also evaluates EVAL_PAIRS.jsonl (in one batch) every EVA
 the printed log holds those entries (eval_loss and the eval_ metrics) too. With --precompute N
 (DPO and IPO) the reference log-probabilities are computed before training, N pairs at a time
 (precompute_ref_log_probs, precompute_ref_batch_size). With DPO's losses, --loss-weights W1,W2,...
-gives their loss_weights, --label-smoothing EPS the label_smoothing.
+gives their loss_weights, --label-smoothing EPS the label_smoothing, --f-divergence TYPE COEF the
+f_divergence_type and f_alpha_divergence_coef, --ld-alpha A the ld_alpha, and --use-weighting sets
+use_weighting.
 
 TOKENIZER_DIR only gives the trainer a processing class: the pairs are already token ids, so
 dataset preparation (which would tokenize text) is skipped and the collator pads with id 0.
@@ -78,8 +80,15 @@ def main():
     argv, precompute = precompute_options(argv)
     argv, weights = pop_option(argv, "--loss-weights", 1)
     argv, smoothing = pop_option(argv, "--label-smoothing", 1)
+    argv, divergence = pop_option(argv, "--f-divergence", 2)
+    argv, ld_alpha = pop_option(argv, "--ld-alpha", 1)
+    argv, weighting = pop_option(argv, "--use-weighting", 0)
     dpo_args = dict(loss_weights=None if weights is None else [float(w) for w in weights[0].split(",")],
-                    label_smoothing=0.0 if smoothing is None else float(smoothing[0]))
+                    label_smoothing=0.0 if smoothing is None else float(smoothing[0]),
+                    ld_alpha=None if ld_alpha is None else float(ld_alpha[0]),
+                    use_weighting=weighting is not None)
+    if divergence is not None:
+        dpo_args.update(f_divergence_type=divergence[0], f_alpha_divergence_coef=float(divergence[1]))
     sys.argv = argv
     base_dir, adapter_dir, pairs_path, tokenizer_dir, quant = sys.argv[1:6]
     steps, lr, warmup = int(sys.argv[6]), float(sys.argv[7]), int(sys.argv[8])

@@ -859,13 +859,59 @@ TEST(RunConfigTest, DpoLossKeysReadTrlsLossesAndRefuseWhatChangesNothing) {
       {dpo + "discopop_tau: 0.1\n", "discopop_tau: is discopop's, which dpo_loss_type does not list"},
       {dpo + "rpo_alpha: 0.5\n", "write dpo_loss_type: [sigmoid, sft] with dpo_loss_weights: [1, <rpo_alpha>]"},
       {dpo + "dpo_norm_loss: true\n", "write dpo_loss_type: [sigmoid_norm]"},
-      {dpo + "dpo_use_weighting: true\n", "WPO's weighting of pairs is not implemented"},
       {kHead + "rl: dpo\nkto_loss_type: apo_zero_unpaired\n",
        "kto_loss_type: is rl: kto's loss, and rl is dpo; set rl: kto, or remove the key"},
       {kHead + "rl: ipo\ndpo_loss_weights: [2]\n",
        "dpo_loss_weights: weighs rl: dpo's losses, and rl is ipo; set rl: dpo (with dpo_loss_type), or remove the key"},
       {kHead + "rl: kto\ndpo_label_smoothing: 0.1\n",
        "dpo_label_smoothing: is rl: dpo's (DPOTrainer's label_smoothing), and rl is kto; remove the key"},
+  };
+  for (const auto& [yaml, fragment] : bad) {
+    SCOPED_TRACE(yaml);
+    expect_error([&] { parse(yaml); }, fragment);
+  }
+}
+
+// DPOTrainer's f_divergence_type, f_alpha_divergence_coef, ld_alpha and use_weighting
+// (dpo_use_weighting): read for rl: dpo and ipo, written back, and refused where TRL refuses them
+// or where they would change nothing.
+TEST(RunConfigTest, DpoVariationKeysReadTrlsOptionsAndRefuseWhatTrlRefuses) {
+  const auto dpo = kHead + "rl: dpo\n";
+  const auto plain = parse(dpo);
+  EXPECT_EQ(plain.f_divergence_type, "reverse_kl");
+  EXPECT_EQ(plain.f_alpha_divergence_coef, 0.5);
+  EXPECT_FALSE(plain.ld_alpha.has_value());
+  EXPECT_FALSE(plain.dpo_use_weighting);
+  const auto c = parse(dpo +
+                       "dpo_loss_type: [sigmoid, ipo]\nf_divergence_type: alpha_divergence\nf_alpha_divergence_coef: "
+                       "0.3\nld_alpha: 0.25\ndpo_use_weighting: true\n");
+  EXPECT_EQ(c.f_divergence_type, "alpha_divergence");
+  EXPECT_EQ(c.f_alpha_divergence_coef, 0.3);
+  EXPECT_EQ(c.ld_alpha, 0.25);
+  EXPECT_TRUE(c.dpo_use_weighting);
+  const auto ipo = parse(kHead + "rl: ipo\nf_divergence_type: js_divergence\nld_alpha: 0\n");
+  EXPECT_EQ(ipo.f_divergence_type, "js_divergence");
+  EXPECT_EQ(ipo.ld_alpha, 0.0);
+  for (const auto& text : {to_yaml(c), to_yaml(ipo), to_yaml(plain)}) {
+    EXPECT_EQ(to_yaml(parse_run_config(text, "saved.yaml", "/elsewhere")), text);
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {dpo + "f_divergence_type: kl\n",
+       "f_divergence_type: 'kl' is not one of reverse_kl, forward_kl, js_divergence, alpha_divergence; reverse_kl "
+       "is DPO's own"},
+      {dpo + "dpo_loss_type: [sigmoid, nca_pair]\nf_divergence_type: forward_kl\n",
+       "f_divergence_type: forward_kl has no form for the nca_pair loss (TRL 1.16 refuses it); use reverse_kl with "
+       "it, or list only sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft in dpo_loss_type"},
+      {kHead + "rl: kto\nf_divergence_type: forward_kl\n",
+       "f_divergence_type: is DPOTrainer's (rl: dpo or ipo), and rl is kto; remove the key"},
+      {dpo + "f_alpha_divergence_coef: 0.3\n",
+       "f_alpha_divergence_coef: is alpha_divergence's, and f_divergence_type is reverse_kl; set f_divergence_type: "
+       "alpha_divergence, or remove the key"},
+      {dpo + "ld_alpha: 1.5\n", "ld_alpha: 1.5 is outside [0, 1]"},
+      {kHead + "rl: orpo\nld_alpha: 0.5\n", "ld_alpha: is DPOTrainer's (rl: dpo or ipo), and rl is orpo"},
+      {kHead + "dpo_use_weighting: true\n", "dpo_use_weighting: is DPOTrainer's (rl: dpo or ipo), and rl is not set"},
+      {dpo + "dpo_loss_type: [sigmoid, aot]\ndpo_use_weighting: true\n",
+       "dpo_use_weighting: cannot weigh the aot loss, which sorts the pairs (TRL refuses it too)"},
   };
   for (const auto& [yaml, fragment] : bad) {
     SCOPED_TRACE(yaml);

@@ -39,6 +39,36 @@ TEST(CrossEntropy, ChunkedSumEqualsFullCrossEntropyAndGradients) {
   }
 }
 
+// LD-DPO's token weights: each token's loss counts its weight times, in the sum and its gradients.
+TEST(CrossEntropy, TokenWeightsScaleEachTokensLossAndGradient) {
+  at::manual_seed(1);
+  const auto labels = at::randint(0, 30, {23}, at::kLong);
+  labels.narrow(0, 5, 2).fill_(kIgnoreIndex);
+  const auto weights = at::rand({23});
+  for (int64_t chunk : {4, 23}) {
+    auto h = at::randn({23, 8}).requires_grad_(true);
+    auto w = at::randn({30, 8}).requires_grad_(true);
+    auto sum = chunked_cross_entropy_sum(h, w, labels, chunk, std::nullopt, weights);
+    auto h_ref = h.detach().clone().requires_grad_(true);
+    auto w_ref = w.detach().clone().requires_grad_(true);
+    const auto per_token =
+        at::cross_entropy_loss(at::matmul(h_ref, w_ref.t()), labels, {}, at::Reduction::None, kIgnoreIndex);
+    auto ref = (per_token * weights).sum();
+    EXPECT_NEAR(sum.item<double>(), ref.item<double>(), 1e-4) << "chunk " << chunk;
+    const auto unweighted = chunked_cross_entropy_sum(h.detach(), w.detach(), labels, chunk);
+    EXPECT_GT(std::abs(unweighted.item<double>() - ref.item<double>()), 1.0) << "the weights must matter";
+    sum.backward();
+    ref.backward();
+    EXPECT_TRUE(at::allclose(h.grad(), h_ref.grad(), 1e-5, 1e-6)) << "chunk " << chunk;
+    EXPECT_TRUE(at::allclose(w.grad(), w_ref.grad(), 1e-5, 1e-6)) << "chunk " << chunk;
+  }
+  test::expect_error(
+      [&] {
+        chunked_cross_entropy_sum(at::randn({23, 8}), at::randn({30, 8}), labels, 4, std::nullopt, at::ones({22}));
+      },
+      "token_weights must be float32 [23]");
+}
+
 TEST(CrossEntropy, SoftcappedChunksEqualCrossEntropyOfCappedLogits) {
   at::manual_seed(2);
   const auto labels = at::randint(0, 40, {29}, at::kLong);
