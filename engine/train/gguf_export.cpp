@@ -1,6 +1,8 @@
 // See gguf_export.h and Note [GGUF export] there.
 #include "engine/train/gguf_export.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -11,8 +13,11 @@
 #include <c10/util/Exception.h>
 
 #include "engine/data/model_tokenizer.h"
+#include "engine/data/run_tokenizer_files.h"
+#include "engine/io/companion_files.h"
 #include "engine/io/gguf_writer.h"
 #include "engine/io/hf_folder.h"
+#include "engine/io/remove_tree.h"
 #include "engine/model/lora_attach.h"
 #include "engine/model/merged_weights.h"
 #include "engine/model/saved_modules.h"
@@ -112,6 +117,45 @@ model::ModelConfig base_config(const config::RunConfig& c) {
   return model::ModelConfig::from_json(io::read_config_json(c.base_model), (c.base_model / "config.json").string());
 }
 
+// Note [Exported new tokens]
+// A run that adds tokens (tokens, special_tokens; Note [New tokens] in
+// engine/data/special_tokens.h) is exported as its merged folder would be: the tokenizer files are
+// those `qtrain merge` writes (the base's, with the run's tokens through data::write_run_tokens),
+// in a temporary folder beside the config.json the tokenizer keys read, and the embeddings and
+// head have the rows the run gave them. So `export-gguf --adapter A` equals `merge --adapter A`
+// followed by `export-gguf` of the merged folder (RunVocabulary.ExportOfANewTokensRunIsTheExportOfItsMergedFolder).
+
+// The folder the GGUF tokenizer keys are read from: base_model's, or where the run adds tokens a
+// temporary copy of its tokenizer files with them (Note [Exported new tokens]), removed with this.
+class RunTokenizerFolder {
+ public:
+  RunTokenizerFolder(const config::RunConfig& c, const RunModel& run, std::FILE* log) : path_(c.base_model) {
+    if (!run.tokenizer || run.lm->config().vocab_size == run.base_vocab_size) return;
+    auto pattern = (fs::temp_directory_path() / "qtrain-export-gguf-XXXXXX").string();
+    TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr,
+                "export-gguf: cannot make a temporary folder for the run's tokenizer in ",
+                fs::temp_directory_path().string(),
+                "; set TMPDIR to a writable folder");
+    temporary_ = pattern;
+    io::copy_companion_files(c.base_model, temporary_, io::Companions::tokenizer);
+    fs::copy_file(c.base_model / "config.json", temporary_ / "config.json");
+    if (data::write_run_tokens(temporary_, c, *run.tokenizer)) {
+      std::fprintf(log, "export-gguf: the tokenizer with the run's special_tokens and tokens\n");
+    }
+    path_ = temporary_;
+  }
+  ~RunTokenizerFolder() {
+    if (!temporary_.empty()) io::remove_tree(temporary_);
+  }
+  RunTokenizerFolder(const RunTokenizerFolder&) = delete;
+  RunTokenizerFolder& operator=(const RunTokenizerFolder&) = delete;
+
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_, temporary_;
+};
+
 // The decoder layer a tensor name of `mc` belongs to, or -1.
 int64_t layer_of(const std::string& name, const model::ModelConfig& mc) {
   const std::string layers = mc.weight_prefix + "layers.";
@@ -186,14 +230,16 @@ void write_gguf(const config::RunConfig& c,
     stored = !stored || *stored == t ? t : at::kFloat;
   }
   if (stored == at::kBFloat16 || stored == at::kHalf) options.dtype = *stored;
-  const auto arch = GgufArchitecture::of(base_config(c));
+  GgufArchitecture::of(base_config(c));  // refuses what is not exported before the model loads
   auto run = load_run_model(c, adapter, "export-gguf", log, options);
   auto& lm = *run.lm;
   const auto& mc = lm.config();
   StreamedLayers layers(lm, folder, options);
-  TORCH_CHECK(lm.config().vocab_size == run.base_vocab_size,
-              "export-gguf: the run adds tokens (tokens, special_tokens), which export-gguf does not write yet; "
-              "merge first (qtrain merge) and export the merged folder");
+  // The architecture keys of the model as the run sized it (vocab_size counts the rows it added).
+  auto keys_config = base_config(c);
+  keys_config.vocab_size = mc.vocab_size;
+  const auto arch = GgufArchitecture::of(keys_config);
+  const RunTokenizerFolder tokenizer_folder(c, run, log);
   // Made one at a time while the file is written: one merged weight in memory at a time.
   const auto tensors = model::merged_tensor_makers(lm, folder, at::kFloat, model::ExpertTensors::stacked);
 
@@ -205,7 +251,8 @@ void write_gguf(const config::RunConfig& c,
   arch.add_keys(w);
   const auto own = run.tokenizer ? nullptr : data::model_tokenizer(c.base_model, mc.vocab_size);
   if (fs::exists(c.base_model / "tokenizer.json")) {
-    add_gguf_tokenizer(w, c.base_model, mc.vocab_size, arch.name(), run.tokenizer ? *run.tokenizer : *own, pre, log);
+    add_gguf_tokenizer(
+        w, tokenizer_folder.path(), mc.vocab_size, arch.name(), run.tokenizer ? *run.tokenizer : *own, pre, log);
   } else {
     std::fprintf(log,
                  "export-gguf: %s has no tokenizer.json: the file holds no tokenizer (transformers can load its "

@@ -6,9 +6,11 @@
 // (scripts/reference/new_tokens_reference.py).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,8 @@
 #include "engine/model/saved_modules.h"
 #include "engine/schedule/layer_scheduler.h"
 #include "engine/text/tokenizer.h"
+#include "engine/train/gguf_export.h"
+#include "engine/train/model_folders.h"
 #include "engine/train/run_plan.h"
 #include "engine/train/run_vocabulary.h"
 #include "engine/train/trainer.h"
@@ -273,6 +277,42 @@ TEST_F(RunVocabulary, AnAdapterTrainedWithNewTokensGivesPeftsLoss) {
     EXPECT_EQ(theirs.result.at("saved").at("ids")[i].get<std::vector<int64_t>>(),
               tokenizer->tokenize(kTexts[i], false).ids)
         << kTexts[i];
+  }
+}
+
+// Note [Exported new tokens]: export-gguf of a run with new tokens (and the rows rounded up to 32,
+// so the file pads the vocabulary too) is, byte for byte, export-gguf of the folder `qtrain merge`
+// writes for it (checked against llama.cpp's converter and transformers by ExportGguf.*), and its
+// tokens include the run's.
+TEST_F(RunVocabulary, ExportOfANewTokensRunIsTheExportOfItsMergedFolder) {
+  const auto base = model(model::Architecture::llama, "llama3");
+  {
+    std::ofstream data(dir_ / "data.jsonl");
+    for (int i = 0; i < 8; ++i)
+      data << nlohmann::json{{"text", kTexts[i % 2] + " " + std::to_string(i)}}.dump() << "\n";
+  }
+  const auto c = config(base, {"lora_modules_to_save=[embed_tokens, lm_head]", "resize_token_embeddings_to_32x=true"});
+  ASSERT_EQ(train(c).steps, 3);
+  std::FILE* log = std::tmpfile();
+  const auto direct = dir_ / "direct.gguf";
+  write_gguf(c, c.output_dir, direct, ops::GgmlType::f16, "llama-bpe", log);
+  // The merged folder under the base's folder name, which the file's general.name is.
+  const auto merged = dir_ / "merged" / base.filename();
+  write_merged_folder(c, c.output_dir, merged, at::kFloat, log);
+  std::ofstream(dir_ / "merged.yaml") << "base_model: " << merged.string()
+                                      << "\nlora_target_linear: true\ndevice: cpu\n";
+  const auto again = dir_ / "again.gguf";
+  write_gguf(config::load_run_config(dir_ / "merged.yaml", {}), {}, again, ops::GgmlType::f16, "llama-bpe", log);
+  std::fclose(log);
+  const auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const auto ours = bytes(direct);
+  EXPECT_EQ(ours.size(), fs::file_size(again));
+  EXPECT_TRUE(ours == bytes(again)) << "export-gguf of the run differs from the export of its merged folder";
+  for (const char* token : {"<|tool|>", "<think>", "<|new_eos|>", "<|pad|>", "[PAD4020]"}) {
+    EXPECT_NE(ours.find(token), std::string::npos) << token;
   }
 }
 
