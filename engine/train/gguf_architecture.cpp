@@ -52,12 +52,15 @@ GgufArchitecture GgufArchitecture::of(const model::ModelConfig& mc) {
     refuse("is not exported yet; Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 2 and Gemma 3 are");
   }
   // Rope scaling as the converter writes it: Llama 3's (a rope_freqs tensor, written by
-  // write_gguf) on "llama", linear on Gemma 3 (its full layers).
+  // write_gguf) and linear (rope.scaling.type and .factor) on "llama", linear on Gemma 3 (its full
+  // layers).
   const auto& rope = mc.rope_scaling.type;
   const bool llama = mc.arch == Architecture::llama || mc.arch == Architecture::mistral;
-  if (rope != "default" && !(llama && rope == "llama3") && !(mc.arch == Architecture::gemma3 && rope == "linear")) {
+  if (rope != "default" && !(llama && (rope == "llama3" || rope == "linear")) &&
+      !(mc.arch == Architecture::gemma3 && rope == "linear")) {
     refuse("with rope scaling '" + rope +
-           "' (config.json) is not exported yet; Llama 3's llama3 and Gemma 3's linear are");
+           "' (config.json) is not exported yet; Llama 3's llama3, linear on Llama and Mistral, and Gemma 3's "
+           "linear are");
   }
   switch (mc.arch) {
     case Architecture::llama:
@@ -176,6 +179,11 @@ void GgufArchitecture::add_keys(io::GgufWriter& w) const {
   if (!qwen3moe) {
     u32("vocab_size", mc_.vocab_size);
     u32("rope.dimension_count", mc_.head_dim);
+  }
+  // LlamaModel's: positions divided by the factor, as transformers' linear rope.
+  if (name_ == "llama" && mc_.rope_scaling.type == "linear") {
+    w.add_string(name_ + ".rope.scaling.type", "linear");
+    f32("rope.scaling.factor", mc_.rope_scaling.factor);
   }
   if (qwen3moe || mc_.head_dim * mc_.num_heads != mc_.hidden_size) {
     u32("attention.key_length", mc_.head_dim);

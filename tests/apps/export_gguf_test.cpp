@@ -278,5 +278,31 @@ TEST_F(ExportGguf, Llama3RopeIsTheConvertersRopeFreqs) {
   EXPECT_TRUE(scaled_some) << "the fixture's rope scales some frequencies";
 }
 
+TEST_F(ExportGguf, LinearRopeOnLlamaIsTheConvertersScalingKeys) {
+  // LlamaModel's set_gguf_parameters: a linear rope scaling with its factor becomes
+  // llama.rope.scaling.type "linear" and llama.rope.scaling.factor, and no rope_freqs tensor.
+  const auto fixture = test::model_fixture("mistral") / "base";
+  const auto base = dir_ / "linear" / "base";
+  fs::create_directories(base);
+  for (const auto& entry : fs::directory_iterator(fixture)) fs::copy_file(entry.path(), base / entry.path().filename());
+  auto json = nlohmann::json::parse(std::ifstream(base / "config.json"));
+  // transformers 5 writes the scaling into rope_parameters.
+  json["rope_parameters"]["rope_type"] = "linear";
+  json["rope_parameters"]["factor"] = 2.5;
+  std::ofstream(base / "config.json") << json.dump();
+  const auto out = dir_ / "linear.gguf";
+  const auto r = qtrain("export-gguf " + config(base).string() + " --type f32 --out " + out.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto cmd = std::string(std::getenv("QTRAIN_PYTHON")) + " " +
+                   (fs::path(QTRAIN_SOURCE_DIR) / "scripts/reference/gguf_check.py").string() + " " + out.string() +
+                   " - " + (dir_ / "check.json").string();
+  ASSERT_EQ(run(cmd).status, 0) << cmd;
+  const auto check = nlohmann::json::parse(std::ifstream(dir_ / "check.json"));
+  EXPECT_EQ(check.at("kv").at("general.architecture"), "llama");
+  EXPECT_EQ(check.at("kv").at("llama.rope.scaling.type"), "linear");
+  EXPECT_EQ(check.at("kv").at("llama.rope.scaling.factor").get<double>(), 2.5);
+  EXPECT_FALSE(check.at("tensors").contains("rope_freqs.weight"));
+}
+
 }  // namespace
 }  // namespace qtrain
