@@ -215,10 +215,8 @@ std::vector<RunConfigKey> preference_keys() {
        "TRL",
        R"md(f-DPO's divergence between the trained model and the reference (DPOTrainer's `f_divergence_type`): the losses built on the difference of the chosen and rejected log-ratios (`sigmoid`, `sigmoid_norm`, `hinge`, `ipo`, `exo_pair`, `robust`, `discopop`; `sft` reads no ratio) take it between the ratios' scores instead, `1 - exp(-logratio)` for `forward_kl`, `ln 2 + log sigmoid(logratio)` for `js_divergence`, `(exp((a - 1) logratio) - 1) / (a - 1)` for `alpha_divergence` with `a` = `f_alpha_divergence_coef`; `reverse_kl` is DPO's log-ratio itself. With another loss listed in `dpo_loss_type` only `reverse_kl` is accepted, as TRL refuses the rest. `rl: dpo` and `ipo`.)md",
        [](Reader& r, RunConfig& c, const std::string& key) {
-         c.f_divergence_type = r.choice(key,
-                                        c.f_divergence_type,
-                                        {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"},
-                                        "reverse_kl is DPO's own");
+         c.f_divergence_type =
+             r.choice(key, c.f_divergence_type, {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"}, "");
          const bool set = c.f_divergence_type != RunConfig{}.f_divergence_type;
          refuse_outside_dpo(r, c, key, set);
          r.guard({key, "dpo_loss_type", "rl"}, [&] {

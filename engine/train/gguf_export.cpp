@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -118,42 +121,67 @@ model::ModelConfig base_config(const config::RunConfig& c) {
 }
 
 // Note [Exported new tokens]
-// A run that adds tokens (tokens, special_tokens; Note [New tokens] in
+// A run whose tokenizer gains tokens or roles (tokens, special_tokens; Note [New tokens] in
 // engine/data/special_tokens.h) is exported as its merged folder would be: the tokenizer files are
-// those `qtrain merge` writes (the base's, with the run's tokens through data::write_run_tokens),
-// in a temporary folder beside the config.json the tokenizer keys read, and the embeddings and
-// head have the rows the run gave them. So `export-gguf --adapter A` equals `merge --adapter A`
-// followed by `export-gguf` of the merged folder (RunVocabulary.ExportOfANewTokensRunIsTheExportOfItsMergedFolder).
+// those `qtrain merge` writes (the base's, rewritten by data::write_run_tokens), in a temporary
+// folder beside a copy of the config.json the tokenizer keys read, and the embeddings and head have
+// the rows the run gave them. So `export-gguf --adapter A` equals `merge --adapter A` followed by
+// `export-gguf` of the merged folder (RunVocabulary.ExportOfANewTokensRunIsTheExportOfItsMergedFolder).
 
-// The folder the GGUF tokenizer keys are read from: base_model's, or where the run adds tokens a
-// temporary copy of its tokenizer files with them (Note [Exported new tokens]), removed with this.
-class RunTokenizerFolder {
+// A folder made under TMPDIR and deleted with everything in it when this goes, an error or not.
+class TemporaryFolder {
  public:
-  RunTokenizerFolder(const config::RunConfig& c, const RunModel& run, std::FILE* log) : path_(c.base_model) {
-    if (!run.tokenizer || run.lm->config().vocab_size == run.base_vocab_size) return;
+  TemporaryFolder() {
     auto pattern = (fs::temp_directory_path() / "qtrain-export-gguf-XXXXXX").string();
     TORCH_CHECK(::mkdtemp(pattern.data()) != nullptr,
                 "export-gguf: cannot make a temporary folder for the run's tokenizer in ",
                 fs::temp_directory_path().string(),
+                ": ",
+                std::strerror(errno),
                 "; set TMPDIR to a writable folder");
-    temporary_ = pattern;
-    io::copy_companion_files(c.base_model, temporary_, io::Companions::tokenizer);
-    fs::copy_file(c.base_model / "config.json", temporary_ / "config.json");
-    if (data::write_run_tokens(temporary_, c, *run.tokenizer)) {
-      std::fprintf(log, "export-gguf: the tokenizer with the run's special_tokens and tokens\n");
-    }
-    path_ = temporary_;
+    path_ = pattern;
   }
-  ~RunTokenizerFolder() {
-    if (!temporary_.empty()) io::remove_tree(temporary_);
+  ~TemporaryFolder() {
+    std::error_code ec;
+    io::remove_tree(path_, ec);  // a leftover in TMPDIR is not worth failing the export for
   }
-  RunTokenizerFolder(const RunTokenizerFolder&) = delete;
-  RunTokenizerFolder& operator=(const RunTokenizerFolder&) = delete;
+  TemporaryFolder(const TemporaryFolder&) = delete;
+  TemporaryFolder& operator=(const TemporaryFolder&) = delete;
 
   const fs::path& path() const { return path_; }
 
  private:
-  fs::path path_, temporary_;
+  fs::path path_;
+};
+
+// The folder the GGUF tokenizer keys are read from: base_model's, or, where the run's tokenizer
+// changes the base's files, a temporary copy of them as merge writes them (Note [Exported new
+// tokens]).
+class RunTokenizerFolder {
+ public:
+  RunTokenizerFolder(const config::RunConfig& c, const RunModel& run, std::FILE* log) : path_(c.base_model) {
+    if (!run.tokenizer) return;
+    temporary_.emplace();
+    const auto& folder = temporary_->path();
+    io::copy_companion_files(c.base_model, folder, io::Companions::tokenizer);
+    fs::copy_file(c.base_model / "config.json", folder / "config.json");
+    // Copies of a read-only base are read-only too; write_run_tokens rewrites them.
+    for (const auto& entry : fs::directory_iterator(folder)) {
+      fs::permissions(entry.path(), fs::perms::owner_write, fs::perm_options::add);
+    }
+    if (!data::write_run_tokens(folder, c, *run.tokenizer)) {
+      temporary_.reset();
+      return;
+    }
+    std::fprintf(log, "export-gguf: the tokenizer with the run's special_tokens and tokens\n");
+    path_ = folder;
+  }
+
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+  std::optional<TemporaryFolder> temporary_;
 };
 
 // The decoder layer a tensor name of `mc` belongs to, or -1.

@@ -897,8 +897,8 @@ TEST(RunConfigTest, DpoVariationKeysReadTrlsOptionsAndRefuseWhatTrlRefuses) {
   }
   const std::vector<std::pair<std::string, std::string>> bad = {
       {dpo + "f_divergence_type: kl\n",
-       "f_divergence_type: 'kl' is not one of reverse_kl, forward_kl, js_divergence, alpha_divergence; reverse_kl "
-       "is DPO's own"},
+       "f_divergence_type: 'kl' is not one of reverse_kl, forward_kl, js_divergence, alpha_divergence"},
+      {dpo + "f_divergence_type: forward_k\n", "did you mean 'forward_kl'?"},
       {dpo + "dpo_loss_type: [sigmoid, nca_pair]\nf_divergence_type: forward_kl\n",
        "f_divergence_type: forward_kl has no form for the nca_pair loss (TRL 1.16 refuses it); use reverse_kl with "
        "it, or list only sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft in dpo_loss_type"},
