@@ -388,6 +388,29 @@ void expect_steps_near(const std::vector<nlohmann::json>& ours,
   }
 }
 
+// A float32 rl: dpo run from write_dpo_start's start in `dir`, with `types` as dpo_loss_type and
+// `keys` (YAML lines), named `name`: its loss and DPO's metrics at each of 10 steps within 2e-5 of
+// DPOTrainer's given the same loss_type and `trl_args` (preference_reference.py's options).
+void expect_dpo_run_follows_trl(const fs::path& base,
+                                const fs::path& dir,
+                                const std::string& name,
+                                const std::string& types,
+                                const std::string& keys,
+                                const std::string& trl_args) {
+  write_preference_config(dir / (name + ".yaml"),
+                          base,
+                          dir / "adapter0",
+                          "fp32",
+                          "rl: dpo\nrl_beta: 0.1\ndpo_loss_type: [" + types + "]\n" + keys,
+                          "out-" + name);
+  const auto r = train(config::load_run_config(dir / (name + ".yaml"), {}));
+  const auto tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
+  const auto theirs =
+      trl_logs((base / "base").string() + " " + (dir / "adapter0").string() + " " + (dir / "pairs.jsonl").string() +
+               " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
+  expect_steps_near(logged_steps(r.output_dir), theirs, "dpo", 2e-5);
+}
+
 // rl: dpo and ipo against TRL's DPOTrainer (scripts/reference/preference_reference.py) on the same
 // pre-tokenized pairs, every pair in every step, from the same adapter with B = 0 (so TRL's
 // reference, the base with the adapter off, is where both start): the loss and TRL's metrics at
@@ -437,7 +460,7 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
 TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  const auto tokenizer = write_dpo_start(base, dir_);
+  write_dpo_start(base, dir_);
   struct Case {
     std::string types, weights, smoothing;
   };
@@ -450,8 +473,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
   for (size_t k = 0; k < cases.size(); ++k) {
     const auto& [types, weights, smoothing] = cases[k];
     SCOPED_TRACE(types);
-    std::string keys = "rl: dpo\nrl_beta: 0.1\ndpo_loss_type: [" + types + "]\n";
-    std::string trl_args;
+    std::string keys, trl_args;
     if (!weights.empty()) {
       keys += "dpo_loss_weights: [" + weights + "]\n";
       trl_args += " --loss-weights " + weights;
@@ -460,14 +482,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
       keys += "dpo_label_smoothing: " + smoothing + "\n";
       trl_args += " --label-smoothing " + smoothing;
     }
-    const auto name = "losses-" + std::to_string(k);
-    write_preference_config(dir_ / (name + ".yaml"), base, dir_ / "adapter0", "fp32", keys, "out-" + name);
-    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
-    const auto ours = logged_steps(r.output_dir);
-    const auto theirs =
-        trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " + (dir_ / "pairs.jsonl").string() +
-                 " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
-    expect_steps_near(ours, theirs, "dpo", 2e-5);
+    expect_dpo_run_follows_trl(base, dir_, "losses-" + std::to_string(k), types, keys, trl_args);
   }
 }
 
@@ -480,7 +495,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
 TEST_F(Trainer, DpoVariationsFollowTrlsDivergencesAndWeightingsStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  const auto tokenizer = write_dpo_start(base, dir_);
+  write_dpo_start(base, dir_);
   struct Case {
     std::string types, keys, trl_args;
   };
@@ -501,19 +516,7 @@ TEST_F(Trainer, DpoVariationsFollowTrlsDivergencesAndWeightingsStepForStep) {
   for (size_t k = 0; k < cases.size(); ++k) {
     const auto& [types, keys, trl_args] = cases[k];
     SCOPED_TRACE(types + " " + trl_args);
-    const auto name = "variations-" + std::to_string(k);
-    write_preference_config(dir_ / (name + ".yaml"),
-                            base,
-                            dir_ / "adapter0",
-                            "fp32",
-                            "rl: dpo\nrl_beta: 0.1\ndpo_loss_type: [" + types + "]\n" + keys,
-                            "out-" + name);
-    const auto r = train(config::load_run_config(dir_ / (name + ".yaml"), {}));
-    const auto ours = logged_steps(r.output_dir);
-    const auto theirs =
-        trl_logs((base / "base").string() + " " + (dir_ / "adapter0").string() + " " + (dir_ / "pairs.jsonl").string() +
-                 " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
-    expect_steps_near(ours, theirs, "dpo", 2e-5);
+    expect_dpo_run_follows_trl(base, dir_, "variations-" + std::to_string(k), types, keys, trl_args);
   }
 }
 
