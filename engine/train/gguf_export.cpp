@@ -125,8 +125,9 @@ model::ModelConfig base_config(const config::RunConfig& c) {
 // engine/data/special_tokens.h) is exported as its merged folder would be: the tokenizer files are
 // those `qtrain merge` writes (the base's, rewritten by data::write_run_tokens), in a temporary
 // folder beside a copy of the config.json the tokenizer keys read, and the embeddings and head have
-// the rows the run gave them. So `export-gguf --adapter A` equals `merge --adapter A` followed by
-// `export-gguf` of the merged folder (RunVocabulary.ExportOfANewTokensRunIsTheExportOfItsMergedFolder).
+// the rows the run gave them. So `export-gguf --adapter A` writes the keys and tensors of `merge --adapter A`
+// followed by `export-gguf` of the merged folder (in the model's tensor order, where the folder's
+// is by name) (RunVocabulary.ExportOfANewTokensRunIsTheExportOfItsMergedFolder).
 
 // A folder made under TMPDIR and deleted with everything in it when this goes, an error or not.
 class TemporaryFolder {
