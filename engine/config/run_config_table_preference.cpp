@@ -151,11 +151,7 @@ std::vector<RunConfigKey> preference_keys() {
        [](Reader& r, RunConfig& c, const std::string& key) {
          c.dpo_label_smoothing =
              r.number(key, c.dpo_label_smoothing, unit_interval_open(), "use a probability below 1, e.g. 0.1");
-         const auto losses = [&] {
-           std::vector<std::string> names;
-           for (const auto& [name, weight] : dpo_losses(c)) names.push_back(name);
-           return names;
-         }();
+         const auto losses = dpo_loss_names(c);
          const auto uses = [&](const std::string& name) {
            return std::find(losses.begin(), losses.end(), name) != losses.end();
          };

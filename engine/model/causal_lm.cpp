@@ -430,11 +430,15 @@ int64_t predicted_token_count(const at::Tensor& labels) {
 
 namespace {
 
+// t [B, T] shifted left by one: position t holds t + 1's value, the last position `last`.
+at::Tensor shifted_left(const at::Tensor& t, const at::Scalar& last) {
+  return at::cat({t.narrow(1, 1, t.size(1) - 1), at::full({t.size(0), 1}, last, t.options())}, 1);
+}
+
 // labels [B, T] shifted left by one on the model's device: position t holds label t + 1, the last
 // position -100.
 at::Tensor shifted_labels(const at::Tensor& labels, const at::Device& device) {
-  const auto lab = labels.to(device, at::kLong);
-  return at::cat({lab.narrow(1, 1, lab.size(1) - 1), at::full({lab.size(0), 1}, ops::kIgnoreIndex, lab.options())}, 1);
+  return shifted_left(labels.to(device, at::kLong), ops::kIgnoreIndex);
 }
 
 }  // namespace
@@ -475,11 +479,7 @@ at::Tensor CausalLM::sequence_log_probs(const at::Tensor& h,
               labels.sizes());
   const auto shifted = shifted_labels(labels, device_);
   // Shifted as the labels: position t's weight is that of the token it predicts.
-  const auto shifted_weights = token_weights.defined()
-                                   ? at::cat({token_weights.narrow(1, 1, token_weights.size(1) - 1),
-                                              at::zeros({token_weights.size(0), 1}, token_weights.options())},
-                                             1)
-                                   : at::Tensor();
+  const auto shifted_weights = token_weights.defined() ? shifted_left(token_weights, 0) : at::Tensor();
   const auto chunk =
       ops::cross_entropy_chunk_tokens(lm_head_.size(0), h.scalar_type(), config_.final_logit_softcap.has_value());
   const auto weight = head_weight();

@@ -147,6 +147,13 @@ void GgufArchitecture::add_keys(io::GgufWriter& w) const {
   const auto f32 = [&w, this](const std::string& key, double v) {
     w.add_float32(name_ + "." + key, static_cast<float>(v));
   };
+  // Linear rope scaling as the converter writes it (Gemma 3's and LlamaModel's): positions divided
+  // by the factor, as transformers' linear rope.
+  const auto linear_rope = [&] {
+    if (mc_.rope_scaling.type != "linear") return;
+    w.add_string(name_ + ".rope.scaling.type", "linear");
+    f32("rope.scaling.factor", mc_.rope_scaling.factor);
+  };
   u32("context_length", mc_.max_position_embeddings);
   u32("embedding_length", mc_.hidden_size);
   u32("feed_forward_length", mc_.intermediate_size);
@@ -165,10 +172,7 @@ void GgufArchitecture::add_keys(io::GgufWriter& w) const {
       f32("rope.freq_base", mc_.rope_theta);
       f32("rope.freq_base_swa", mc_.sliding_rope ? mc_.sliding_rope->theta : mc_.rope_theta);
       if (mc_.final_logit_softcap) f32("final_logit_softcapping", *mc_.final_logit_softcap);
-      if (mc_.rope_scaling.type == "linear") {
-        w.add_string(name_ + ".rope.scaling.type", "linear");
-        f32("rope.scaling.factor", mc_.rope_scaling.factor);
-      }
+      linear_rope();
     }
     return;
   }
@@ -180,11 +184,7 @@ void GgufArchitecture::add_keys(io::GgufWriter& w) const {
     u32("vocab_size", mc_.vocab_size);
     u32("rope.dimension_count", mc_.head_dim);
   }
-  // LlamaModel's: positions divided by the factor, as transformers' linear rope.
-  if (name_ == "llama" && mc_.rope_scaling.type == "linear") {
-    w.add_string(name_ + ".rope.scaling.type", "linear");
-    f32("rope.scaling.factor", mc_.rope_scaling.factor);
-  }
+  if (name_ == "llama") linear_rope();
   if (qwen3moe || mc_.head_dim * mc_.num_heads != mc_.hidden_size) {
     u32("attention.key_length", mc_.head_dim);
     u32("attention.value_length", mc_.head_dim);

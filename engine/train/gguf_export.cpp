@@ -259,13 +259,13 @@ void write_gguf(const config::RunConfig& c,
     stored = !stored || *stored == t ? t : at::kFloat;
   }
   if (stored == at::kBFloat16 || stored == at::kHalf) options.dtype = *stored;
-  GgufArchitecture::of(base_config(c));  // refuses what is not exported before the model loads
+  auto keys_config = base_config(c);
+  GgufArchitecture::of(keys_config);  // refuses what is not exported before the model loads
   auto run = load_run_model(c, adapter, "export-gguf", log, options);
   auto& lm = *run.lm;
   const auto& mc = lm.config();
   StreamedLayers layers(lm, folder, options);
   // The architecture keys of the model as the run sized it (vocab_size counts the rows it added).
-  auto keys_config = base_config(c);
   keys_config.vocab_size = mc.vocab_size;
   const auto arch = GgufArchitecture::of(keys_config);
   const RunTokenizerFolder tokenizer_folder(c, run, log);

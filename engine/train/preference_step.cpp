@@ -138,26 +138,15 @@ at::Tensor reference_log_probs(TrainingRun& run,
 // its labels (host data): a completion's first min(|chosen|, |rejected|) predicted tokens weigh 1,
 // the rest `alpha`, everything else 0. |.| counts the tokens a position predicts (from the second).
 at::Tensor ld_token_weights(const data::PreferenceBatch& b, double alpha) {
-  const int64_t n = b.pairs, t = b.labels.size(1);
-  const auto labels = b.labels.accessor<int64_t, 2>();
-  auto weights = at::zeros(b.labels.sizes(), at::kFloat);
-  auto w = weights.accessor<float, 2>();
-  const auto predicted = [&](int64_t row) {
-    int64_t count = 0;
-    for (int64_t j = 1; j < t; ++j) count += labels[row][j] != ops::kIgnoreIndex ? 1 : 0;
-    return count;
-  };
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t shared = std::min(predicted(i), predicted(n + i));
-    for (const int64_t row : {i, n + i}) {
-      int64_t k = 0;
-      for (int64_t j = 1; j < t; ++j) {
-        if (labels[row][j] == ops::kIgnoreIndex) continue;
-        w[row][j] = ++k <= shared ? 1.0F : static_cast<float>(alpha);
-      }
-    }
-  }
-  return weights;
+  const int64_t n = b.pairs;
+  auto predicted = b.labels != ops::kIgnoreIndex;
+  predicted.select(1, 0).fill_(false);  // the first token is predicted by no position
+  // Each predicted token's place in its completion (from 1), as TRL's comp_pos, against the pair's
+  // shorter completion.
+  const auto place = predicted.cumsum(1);
+  const auto lengths = predicted.sum(1);
+  const auto shared = at::minimum(lengths.narrow(0, 0, n), lengths.narrow(0, n, n)).repeat({2}).unsqueeze(1);
+  return at::where(place <= shared, 1.0, alpha).to(at::kFloat) * predicted;
 }
 
 // The token weights of a micro-batch of pairs for run config `c`, on `device`: LD-DPO's with

@@ -388,11 +388,13 @@ void expect_steps_near(const std::vector<nlohmann::json>& ours,
   }
 }
 
-// A float32 rl: dpo run from write_dpo_start's start in `dir`, with `types` as dpo_loss_type and
-// `keys` (YAML lines), named `name`: its loss and DPO's metrics at each of 10 steps within 2e-5 of
-// DPOTrainer's given the same loss_type and `trl_args` (preference_reference.py's options).
+// A float32 rl: dpo run from write_dpo_start's start in `dir` (TRL given `tokenizer`, what it
+// returned), with `types` as dpo_loss_type and `keys` (YAML lines), named `name`: its loss and DPO's
+// metrics at each of 10 steps within 2e-5 of DPOTrainer's given the same loss_type and `trl_args`
+// (preference_reference.py's options).
 void expect_dpo_run_follows_trl(const fs::path& base,
                                 const fs::path& dir,
+                                const fs::path& tokenizer,
                                 const std::string& name,
                                 const std::string& types,
                                 const std::string& keys,
@@ -404,7 +406,6 @@ void expect_dpo_run_follows_trl(const fs::path& base,
                           "rl: dpo\nrl_beta: 0.1\ndpo_loss_type: [" + types + "]\n" + keys,
                           "out-" + name);
   const auto r = train(config::load_run_config(dir / (name + ".yaml"), {}));
-  const auto tokenizer = fs::path(std::getenv("QTRAIN_FIXTURES")) / "tokenizers" / "llama3";
   const auto theirs =
       trl_logs((base / "base").string() + " " + (dir / "adapter0").string() + " " + (dir / "pairs.jsonl").string() +
                " " + tokenizer.string() + " fp32 10 0.002 3 0.1 " + types + " 64" + trl_args);
@@ -460,7 +461,7 @@ TEST_F(Trainer, DpoFollowsTrlsDpoTrainerStepForStep) {
 TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  write_dpo_start(base, dir_);
+  const auto tokenizer = write_dpo_start(base, dir_);
   struct Case {
     std::string types, weights, smoothing;
   };
@@ -482,7 +483,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
       keys += "dpo_label_smoothing: " + smoothing + "\n";
       trl_args += " --label-smoothing " + smoothing;
     }
-    expect_dpo_run_follows_trl(base, dir_, "losses-" + std::to_string(k), types, keys, trl_args);
+    expect_dpo_run_follows_trl(base, dir_, tokenizer, "losses-" + std::to_string(k), types, keys, trl_args);
   }
 }
 
@@ -495,7 +496,7 @@ TEST_F(Trainer, DpoLossTypesFollowTrlsWeightedSumsStepForStep) {
 TEST_F(Trainer, DpoVariationsFollowTrlsDivergencesAndWeightingsStepForStep) {
   if (std::getenv("QTRAIN_PYTHON") == nullptr) GTEST_SKIP() << "QTRAIN_PYTHON is not set";
   const auto base = test::model_fixture("llama");
-  write_dpo_start(base, dir_);
+  const auto tokenizer = write_dpo_start(base, dir_);
   struct Case {
     std::string types, keys, trl_args;
   };
@@ -516,7 +517,7 @@ TEST_F(Trainer, DpoVariationsFollowTrlsDivergencesAndWeightingsStepForStep) {
   for (size_t k = 0; k < cases.size(); ++k) {
     const auto& [types, keys, trl_args] = cases[k];
     SCOPED_TRACE(types + " " + trl_args);
-    expect_dpo_run_follows_trl(base, dir_, "variations-" + std::to_string(k), types, keys, trl_args);
+    expect_dpo_run_follows_trl(base, dir_, tokenizer, "variations-" + std::to_string(k), types, keys, trl_args);
   }
 }
 
